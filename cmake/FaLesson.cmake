@@ -1,0 +1,165 @@
+# The one CMake helper per lesson, and the one helper per test executable.
+#
+#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
+#
+# builds ${FA_LESSONS_DIR}/<NN>_<name>/*.{cu,cpp} into the library lesson<NN> (linked with the
+# runtime, never with the reference), and its tests labelled lesson<NN>:
+#   FORWARD_SUITE  the shared forward suite (tests/forward_suite.cpp) run on this lesson
+#   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
+#   GPU_TESTS      lesson-specific tests that need a GPU
+#   ARCH           a CUDA architecture the lesson needs (e.g. 90a): used for this lesson alone
+#                  when the course chose the architectures; otherwise the lesson is skipped,
+#                  with a message here and a skipped test, unless the user's list has it.
+# Whether the forward suite needs a GPU follows from the lesson: a lesson with .cu sources is a
+# GPU lesson, lesson 00 (host C++) is not.
+
+set(FA_SKIP_CODE 77)  # a GPU test executable returns this on a machine without a GPU
+
+# fa_add_doctest(<target> KIND cpu|gpu LABEL <label> SOURCES ... [LIBS ...] [DEFINES ...])
+# One doctest executable with the course's main (skip code, FA_REQUIRE_GPU, FA_TEST_SEED);
+# every test case becomes a ctest test named <label>/<case> with labels <label> and <kind>.
+function(fa_add_doctest target)
+  cmake_parse_arguments(T "" "KIND;LABEL" "SOURCES;LIBS;DEFINES" ${ARGN})
+  add_executable(${target} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  target_link_libraries(${target} PRIVATE doctest::doctest fa_runtime ${T_LIBS})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  if(T_KIND STREQUAL "gpu")
+    target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=1 ${T_DEFINES})
+  else()
+    target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=0 ${T_DEFINES})
+  endif()
+  doctest_discover_tests(${target} TEST_PREFIX "${T_LABEL}/" TEST_LIST ${target}_TESTS
+                         PROPERTIES SKIP_RETURN_CODE ${FA_SKIP_CODE} TIMEOUT 600)
+  # doctest_discover_tests resets LABELS, so set ours in a file ctest reads after its list.
+  set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_labels.cmake")
+  file(WRITE "${labels_file}"
+       "if(${target}_TESTS)\n  set_tests_properties(\${${target}_TESTS} PROPERTIES LABELS \"${T_LABEL};${T_KIND}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
+  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_EXES_${T_LABEL} "$<TARGET_FILE:${target}>")
+  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_LABELS ${T_LABEL})
+endfunction()
+
+function(fa_add_lesson nn name)
+  cmake_parse_arguments(L "FORWARD_SUITE" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
+  set(id ${nn}_${name})
+  set(label lesson${nn})
+  set(dir ${FA_LESSONS_DIR}/${id})
+  if(NOT EXISTS ${dir})
+    message(WARNING "lesson ${id}: ${dir} does not exist; its test reports it missing")
+    add_test(NAME ${label}/missing COMMAND ${CMAKE_COMMAND} -E false)
+    set_tests_properties(${label}/missing PROPERTIES LABELS "${label};cpu")
+    return()
+  endif()
+
+  set(arch_override "")
+  if(L_ARCH)
+    set(have OFF)
+    if(FA_ARCHS_DEFAULTED)
+      set(have ON)  # the course chose the list: build this lesson for the arch it needs
+    elseif("${L_ARCH}" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "${L_ARCH}-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+      set(have ON)
+    endif()
+    if(NOT have)
+      set(why "lesson ${id} skipped: it needs CUDA architecture ${L_ARCH}, not in CMAKE_CUDA_ARCHITECTURES (${CMAKE_CUDA_ARCHITECTURES})")
+      message(STATUS "${why}")
+      add_test(NAME ${label}/skipped_architecture COMMAND sh -c "echo '${why}'; exit ${FA_SKIP_CODE}")
+      set_tests_properties(${label}/skipped_architecture PROPERTIES LABELS "${label};gpu" SKIP_RETURN_CODE ${FA_SKIP_CODE})
+      return()
+    endif()
+    if(FA_ARCHS_DEFAULTED)
+      set(arch_override ${L_ARCH})
+    endif()
+  endif()
+
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cpp)
+  if(NOT srcs)
+    message(FATAL_ERROR "lesson ${id}: no .cu or .cpp sources in ${dir}")
+  endif()
+  list(FILTER srcs INCLUDE REGEX "\\.cu$")
+  set(kind cpu)
+  if(srcs)
+    set(kind gpu)
+  endif()
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cpp)
+  add_library(${label} STATIC ${srcs})
+  # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
+  target_link_libraries(${label} PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
+  target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+  set(targets ${label})
+
+  if(L_FORWARD_SUITE)
+    fa_add_doctest(test_${label}_forward KIND ${kind} LABEL ${label}
+                   SOURCES ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp
+                   LIBS ${label} fa_reference fa_test_support
+                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
+    list(APPEND targets test_${label}_forward)
+  endif()
+  if(L_CPU_TESTS)
+    fa_add_doctest(test_${label}_cpu KIND cpu LABEL ${label} SOURCES ${L_CPU_TESTS}
+                   LIBS ${label} fa_reference fa_test_support
+                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
+    list(APPEND targets test_${label}_cpu)
+  endif()
+  if(L_GPU_TESTS)
+    fa_add_doctest(test_${label}_gpu KIND gpu LABEL ${label} SOURCES ${L_GPU_TESTS}
+                   LIBS ${label} fa_reference fa_test_support
+                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
+    list(APPEND targets test_${label}_gpu)
+  endif()
+  if(arch_override)
+    set_target_properties(${targets} PROPERTIES CUDA_ARCHITECTURES ${arch_override})
+  endif()
+
+  # The student's library must not call the answer: no undefined fa::ref:: symbol in it.
+  add_test(NAME ${label}/links_without_reference
+           COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DLIB=$<TARGET_FILE:${label}>
+                   -P ${PROJECT_SOURCE_DIR}/cmake/check_no_reference.cmake)
+  set_tests_properties(${label}/links_without_reference PROPERTIES LABELS "${label};cpu")
+endfunction()
+
+# One test per label in tests/manifest.txt: the test cases it lists must all be registered by the
+# label's executables (a test executable that fails to build or to list does not vanish quietly).
+function(fa_add_manifest_checks)
+  get_property(labels GLOBAL PROPERTY FA_MANIFEST_LABELS)
+  list(REMOVE_DUPLICATES labels)
+  file(STRINGS ${PROJECT_SOURCE_DIR}/tests/manifest.txt lines REGEX "^[a-z0-9_]+ *\\|")
+  set(manifest_labels "")
+  foreach(line IN LISTS lines)
+    string(REGEX MATCH "^[a-z0-9_]+" l "${line}")
+    list(APPEND manifest_labels ${l})
+  endforeach()
+  list(REMOVE_DUPLICATES manifest_labels)
+  foreach(l IN LISTS manifest_labels)
+    get_property(exes GLOBAL PROPERTY FA_MANIFEST_EXES_${l})
+    string(REPLACE ";" "|" exes "${exes}")
+    add_test(NAME ${l}/manifest
+             COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${PROJECT_SOURCE_DIR}/tests/manifest.txt
+                     -P ${PROJECT_SOURCE_DIR}/cmake/check_manifest.cmake)
+    set_tests_properties(${l}/manifest PROPERTIES LABELS "${l};cpu")
+  endforeach()
+endfunction()
+
+# fa_add_mutants(<name> KIND cpu|gpu LESSON <NN> GETTER <function> SOURCES <files...> MUTANTS <m...>)
+# Builds the shared forward suite against a deliberately wrong implementation whose mutation is
+# chosen at run time by FA_MUTANT, and adds one test per mutant that passes only when the suite
+# rejects that mutant by a numerical failure (exit 1 with a MISMATCH report; a crash, a hang or
+# "not implemented" proves nothing), plus a control run with FA_MUTANT=none that must pass.
+function(fa_add_mutants name)
+  cmake_parse_arguments(M "" "KIND;LESSON;GETTER" "SOURCES;MUTANTS" ${ARGN})
+  set(target mutants_${name})
+  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp ${M_SOURCES}
+                 ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
+  target_link_libraries(${target} PRIVATE doctest::doctest fa_runtime fa_reference fa_test_support)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  set(gpu 0)
+  if(M_KIND STREQUAL "gpu")
+    set(gpu 1)
+  endif()
+  target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=${gpu} FA_LESSON_GETTER=${M_GETTER}
+                             FA_LESSON_NUMBER=${M_LESSON})
+  foreach(m none ${M_MUTANTS})
+    add_test(NAME mutants/${name}/${m} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m})
+    set_tests_properties(mutants/${name}/${m} PROPERTIES LABELS "mutants;${M_KIND}" SKIP_RETURN_CODE ${FA_SKIP_CODE}
+                         TIMEOUT 600)
+  endforeach()
+endfunction()

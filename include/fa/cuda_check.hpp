@@ -1,0 +1,24 @@
+// CUDA error checking: every runtime call and every launch is checked, and a failure throws
+// fa::CudaError naming the call, the file and the line. Exit code 0 proves nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fa/params.hpp"
+
+namespace fa {
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* what, const char* file, int line);
+// True when the machine has no usable CUDA device. Without a driver cudaGetDeviceCount returns
+// cudaErrorInsufficientDriver, not cudaErrorNoDevice: both mean "no GPU".
+bool no_gpu(std::string* why = nullptr);
+}  // namespace fa
+
+#define FA_CUDA_CHECK(expr)                                              \
+  do {                                                                   \
+    cudaError_t fa_err_ = (expr);                                        \
+    if (fa_err_ != cudaSuccess) ::fa::throw_cuda_error(fa_err_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// After a <<<...>>> launch: catches bad configurations at once (cudaGetLastError) and, in
+// checked builds, faults inside the kernel (the tests synchronise after every run anyway).
+#define FA_CHECK_LAUNCH() FA_CUDA_CHECK(cudaGetLastError())

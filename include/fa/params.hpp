@@ -1,0 +1,133 @@
+// The one interface every lesson implements: the parameters of an attention call, the
+// features a lesson declares, and the errors the runtime raises. Plain C++ (no Eigen, no
+// CUDA device code), so .cu and .cpp files both include it.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>  // cudaStream_t
+
+namespace fa {
+
+enum class DType { kF16, kBF16 };
+inline const char* name(DType t) { return t == DType::kF16 ? "fp16" : "bf16"; }
+inline int bytes_of(DType) { return 2; }  // both storage types are 16-bit
+
+// Where a lesson reads and writes its tensors: lesson 00 works on the host, the rest on the GPU.
+enum class Memory { kHost, kDevice };
+
+// Strides in elements; the last dimension (head_dim) always has stride 1.
+struct Strides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+
+// One attention call. Tensors are (batch, heads, seqlen, head_dim) described by strides, or,
+// for varlen, packed (total_tokens, heads, head_dim) with cu_seqlens (batch = number of sequences).
+// Conventions (COURSE.md): causal mask bottom-right aligned (key j visible to query i iff
+// j <= i + seqlen_k - seqlen_q); LSE in natural log, fp32, (batch, heads_q, seqlen_q) or
+// (heads_q, total_q) for varlen; a fully masked row has O = 0 and LSE = +inf.
+struct AttnParams {
+  int batch = 0, heads_q = 0, heads_kv = 0;
+  int seqlen_q = 0, seqlen_k = 0;  // for varlen: the longest sequence (max_seqlen)
+  int head_dim = 0;
+  DType dtype = DType::kF16;
+  float scale = 0.f;  // softmax scale; fill with default_scale(head_dim) unless a lesson adds its own
+  bool causal = false;
+
+  const void* q = nullptr;  // inputs, in `dtype`
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;        // output, in `dtype`
+  float* lse = nullptr;     // output, fp32
+  Strides q_stride, k_stride, v_stride, o_stride;
+
+  // Varlen (lesson 12): int32 prefix sums of length batch + 1; null for padded batches.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0, total_k = 0;
+
+  // RoPE (lesson 09): fp32 tables (positions, head_dim / 2) computed in fp64 on the host.
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  int rope_positions = 0;
+
+  // Log-decay gate (lesson 12): fp32 g of shape (batch, heads_q, seqlen_k), or (heads_q, total_k).
+  const float* gate = nullptr;
+
+  // Backward (lessons 10-11): dO in, dQ dK dV out (in `dtype`), dg out (fp32, like gate).
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* dgate = nullptr;
+  Strides do_stride, dq_stride, dk_stride, dv_stride;
+  bool deterministic = false;
+
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+};
+
+double default_scale(int head_dim);
+
+// Fills the strides of contiguous (batch, heads, seqlen, head_dim) tensors, or of packed
+// (total, heads, head_dim) ones when p.is_varlen().
+void set_contiguous_strides(AttnParams& p);
+
+using ForwardFn = void (*)(const AttnParams&, cudaStream_t);
+using BackwardFn = void (*)(const AttnParams&, cudaStream_t);
+
+// What a lesson declares it supports. The tests hold their own list of what each lesson must
+// support (tests/requirements.cpp), so a lesson cannot dodge a case by declaring less.
+struct Features {
+  bool fp16 = false, bf16 = false;
+  std::vector<int> head_dims;   // supported head dims; empty means any 1..256
+  bool causal = false;
+  bool seqlen_q_ne_k = false;   // seqlen_q != seqlen_k
+  bool gqa = false;             // heads_q a multiple of heads_kv > 1 group
+  bool any_strides = false;     // non-contiguous layouts through the strides
+  bool varlen = false;
+  bool rope = false;
+  bool gate = false;
+  bool index64 = false;         // offsets beyond 2^31 - 1 elements
+  int alignment_bytes = 2;      // base pointers and row strides must be multiples of this
+};
+
+struct LessonInfo {
+  const char* id = "";          // "00_reference"
+  const char* title = "";
+  Memory memory = Memory::kDevice;
+  Features features;
+  ForwardFn forward = nullptr;
+  BackwardFn backward = nullptr;  // null before lesson 10
+};
+
+// Errors. Everything the runtime rejects is an fa::Error with a message that names the lesson
+// and the problem; CUDA failures are CudaError with file:line.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct InvalidArgument : Error {
+  using Error::Error;
+};
+struct NotImplemented : Error {
+  using Error::Error;
+};
+struct CudaError : Error {
+  using Error::Error;
+};
+
+// A skeleton lists the TODOs its student has not written yet; the solution's list is empty.
+using TodoList = std::vector<const char*>;
+// Throws NotImplemented("lesson NN not implemented yet: <first TODO>") if `todos` is not empty.
+void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
+
+// Checks `p` against what `lesson` supports and against the rules every call obeys (shapes,
+// pointers, alignment, 32-bit offsets). Throws InvalidArgument naming the lesson and the problem.
+void validate_forward(const LessonInfo& lesson, const AttnParams& p);
+
+// The one way tests and tools call a lesson: validate, then run (no launch on bad input).
+void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream = nullptr);
+
+}  // namespace fa

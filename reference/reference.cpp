@@ -1,0 +1,275 @@
+// fp64 attention with Eigen. The per-(sequence, head) core works on dense matrices; dense and
+// varlen batches, GQA, RoPE and the gate are only different ways of cutting those matrices out
+// of the tensors and putting the results back.
+#include "reference.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace fa::ref {
+namespace {
+
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vec = Eigen::VectorXd;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Where element (sequence b, head h, row s, column d) of a tensor lives.
+struct Layout {
+  const Problem& p;
+  int heads;
+  bool is_q;  // q-side (q, o, lse, dq) or k-side (k, v, dk, dv) lengths
+  size_t at(int b, int h, int s, int d) const {
+    if (p.varlen()) {
+      const int t = (is_q ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s;
+      return (size_t(t) * heads + h) * p.head_dim + d;
+    }
+    return ((size_t(b) * heads + h) * (is_q ? p.seqlen_q : p.seqlen_k) + s) * p.head_dim + d;
+  }
+};
+
+Mat gather(const std::vector<double>& t, const Layout& L, int b, int h, int rows) {
+  Mat m(rows, L.p.head_dim);
+  for (int s = 0; s < rows; ++s)
+    for (int d = 0; d < L.p.head_dim; ++d) m(s, d) = t[L.at(b, h, s, d)];
+  return m;
+}
+
+void scatter_add(std::vector<double>& t, const Layout& L, int b, int h, const Mat& m) {
+  for (int s = 0; s < m.rows(); ++s)
+    for (int d = 0; d < L.p.head_dim; ++d) t[L.at(b, h, s, d)] += m(s, d);
+}
+
+// g and lse are (batch, heads_q, seqlen) dense, (heads_q, total) varlen.
+size_t vec_at(const Problem& p, bool is_q, int b, int h, int s) {
+  if (p.varlen()) return size_t(h) * (is_q ? p.total_q() : p.total_k()) + (is_q ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s;
+  const int len = is_q ? p.seqlen_q : p.seqlen_k;
+  return (size_t(b) * p.heads_q + h) * len + s;
+}
+
+void rotate_rows(Mat& x, const std::vector<int>& pos, double base, bool inverse) {
+  std::vector<double> flat(x.data(), x.data() + x.size());
+  rope_rotate(flat, static_cast<int>(x.rows()), static_cast<int>(x.cols()), pos, base, inverse);
+  x = Eigen::Map<Mat>(flat.data(), x.rows(), x.cols());
+}
+
+// One (sequence, head): everything needed for the forward and the backward.
+struct Head {
+  int lq = 0, lk = 0;
+  Mat q, k, v;      // q and k rotated when RoPE is on
+  Vec gk;           // G at key positions (cumsum of g), when gated
+  std::vector<int> qpos, kpos;
+
+  // Logits of query rows `rows` (indices into 0..lq-1) against all keys, masked entries -inf.
+  Mat logits(const Problem& p, const std::vector<int>& rows) const {
+    Mat s(rows.size(), lk);
+    const double scale = p.softmax_scale();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int i = rows[r];
+      for (int j = 0; j < lk; ++j) {
+        if (p.causal && !visible(i, j, lq, lk)) {
+          s(r, j) = -kInf;
+          continue;
+        }
+        double x = scale * q.row(i).dot(k.row(j));
+        if (p.gate) x += gk(i + lk - lq) - gk(j);
+        s(r, j) = x;
+      }
+    }
+    return s;
+  }
+};
+
+Head load_head(const Problem& p, const Inputs& in, int b, int hq) {
+  Head h;
+  h.lq = p.len_q(b);
+  h.lk = p.len_k(b);
+  const int hk = hq / (p.heads_q / p.heads_kv);
+  const Layout lq{p, p.heads_q, true}, lk{p, p.heads_kv, false};
+  h.q = gather(in.q, lq, b, hq, h.lq);
+  h.k = gather(in.k, lk, b, hk, h.lk);
+  h.v = gather(in.v, lk, b, hk, h.lk);
+  for (int i = 0; i < h.lq; ++i) h.qpos.push_back(i + h.lk - h.lq);
+  for (int j = 0; j < h.lk; ++j) h.kpos.push_back(j);
+  if (p.rope_base > 0) {
+    rotate_rows(h.q, h.qpos, p.rope_base, false);
+    rotate_rows(h.k, h.kpos, p.rope_base, false);
+  }
+  if (p.gate) {
+    h.gk.resize(h.lk);
+    double acc = 0;
+    for (int j = 0; j < h.lk; ++j) h.gk(j) = (acc += in.g[vec_at(p, false, b, hq, j)]);
+  }
+  return h;
+}
+
+// Softmax of each logit row: P (rows x lk) and LSE; a row with no visible key gets P = 0 and +inf.
+void softmax_rows(const Mat& s, Mat& prob, Vec& lse) {
+  prob.resize(s.rows(), s.cols());
+  lse.resize(s.rows());
+  for (int r = 0; r < s.rows(); ++r) {
+    const double m = s.cols() > 0 ? s.row(r).maxCoeff() : -kInf;
+    if (m == -kInf) {
+      prob.row(r).setZero();
+      lse(r) = kInf;
+      continue;
+    }
+    prob.row(r) = (s.row(r).array() - m).exp().matrix();
+    const double l = prob.row(r).sum();
+    prob.row(r) /= l;
+    lse(r) = m + std::log(l);
+  }
+}
+
+std::vector<int> all_rows(int n) {
+  std::vector<int> r(n);
+  for (int i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+}  // namespace
+
+double Problem::softmax_scale() const { return scale > 0 ? scale : 1.0 / std::sqrt(double(head_dim)); }
+
+void Problem::check() const {
+  auto bad = [](const std::string& m) { throw std::invalid_argument("reference: " + m); };
+  if (heads_q < 1 || heads_kv < 1 || head_dim < 1) bad("heads and head_dim must be >= 1");
+  if (heads_q % heads_kv != 0) bad("heads_q must be a multiple of heads_kv");
+  if (gate && !causal) bad("the decay gate is defined for causal attention only");
+  if (rope_base > 0 && head_dim % 2 != 0) bad("RoPE needs an even head_dim");
+  if (varlen()) {
+    if (cu_seqlens_k.size() != cu_seqlens_q.size() || cu_seqlens_q.size() < 2)
+      bad("cu_seqlens_q and cu_seqlens_k need batch + 1 entries each");
+    if (cu_seqlens_q[0] != 0 || cu_seqlens_k[0] != 0) bad("cu_seqlens must start at 0");
+    for (int b = 0; b < sequences(); ++b)
+      if (len_q(b) < 0 || len_k(b) < 0) bad("cu_seqlens must be non-decreasing");
+  } else if (batch < 1 || seqlen_q < 1 || seqlen_k < 1) {
+    bad("batch and sequence lengths must be >= 1");
+  }
+  if (rope_base > 0)
+    for (int b = 0; b < sequences(); ++b)
+      if (len_q(b) > len_k(b)) bad("RoPE needs seqlen_q <= seqlen_k (query positions are i + seqlen_k - seqlen_q)");
+}
+
+Forward forward(const Problem& p, const Inputs& in, const std::vector<int>* rows) {
+  p.check();
+  if (rows != nullptr && p.varlen()) throw std::invalid_argument("reference: sampled rows are for dense problems");
+  const int nrows = rows ? static_cast<int>(rows->size()) : 0;
+  Forward out;
+  out.o.assign(rows ? size_t(p.batch) * p.heads_q * nrows * p.head_dim : size_t(p.total_q()) * p.heads_q * p.head_dim, 0.0);
+  out.lse.assign(rows ? size_t(p.batch) * p.heads_q * nrows : size_t(p.total_q()) * p.heads_q, 0.0);
+  for (int b = 0; b < p.sequences(); ++b) {
+    for (int hq = 0; hq < p.heads_q; ++hq) {
+      const Head h = load_head(p, in, b, hq);
+      const std::vector<int> which = rows ? *rows : all_rows(h.lq);
+      for (int i : which)
+        if (i < 0 || i >= h.lq) throw std::invalid_argument("reference: sampled row out of range");
+      Mat prob;
+      Vec lse;
+      softmax_rows(h.logits(p, which), prob, lse);
+      const Mat o = prob * h.v;
+      for (size_t r = 0; r < which.size(); ++r) {
+        const int s = rows ? static_cast<int>(r) : which[r];
+        if (rows) {
+          for (int d = 0; d < p.head_dim; ++d) out.o[((size_t(b) * p.heads_q + hq) * nrows + s) * p.head_dim + d] = o(r, d);
+          out.lse[(size_t(b) * p.heads_q + hq) * nrows + s] = lse(r);
+        } else {
+          const Layout L{p, p.heads_q, true};
+          for (int d = 0; d < p.head_dim; ++d) out.o[L.at(b, hq, s, d)] = o(r, d);
+          out.lse[vec_at(p, true, b, hq, s)] = lse(r);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>& dout) {
+  p.check();
+  Gradients g;
+  g.dq.assign(in.q.size(), 0.0);
+  g.dk.assign(in.k.size(), 0.0);
+  g.dv.assign(in.v.size(), 0.0);
+  if (p.gate) g.dg.assign(in.g.size(), 0.0);
+  const double scale = p.softmax_scale();
+  const Layout lq{p, p.heads_q, true}, lk{p, p.heads_kv, false};
+  for (int b = 0; b < p.sequences(); ++b) {
+    for (int hq = 0; hq < p.heads_q; ++hq) {
+      const int hk = hq / (p.heads_q / p.heads_kv);
+      const Head h = load_head(p, in, b, hq);
+      Mat prob;
+      Vec lse;
+      softmax_rows(h.logits(p, all_rows(h.lq)), prob, lse);
+      const Mat o = prob * h.v;
+      const Mat dO = gather(dout, lq, b, hq, h.lq);
+      const Vec delta = (dO.array() * o.array()).rowwise().sum();  // D_i = rowsum(dO * O)
+      const Mat dP = dO * h.v.transpose();
+      const Mat dS = (prob.array() * (dP.colwise() - delta).array()).matrix();  // d L / d logits
+      Mat dQ = scale * dS * h.k;
+      Mat dK = scale * dS.transpose() * h.q;
+      const Mat dV = prob.transpose() * dO;
+      if (p.rope_base > 0) {  // the rotation is orthogonal: its gradient is the inverse rotation
+        rotate_rows(dQ, h.qpos, p.rope_base, true);
+        rotate_rows(dK, h.kpos, p.rope_base, true);
+      }
+      scatter_add(g.dq, lq, b, hq, dQ);
+      scatter_add(g.dk, lk, b, hk, dK);
+      scatter_add(g.dv, lk, b, hk, dV);
+      if (p.gate) {
+        // logit_ij += G(i + lk - lq) - G(j): dG at a position collects +rowsum from the query there
+        // and -colsum from the key there; G = cumsum(g) so dg_t = sum over positions >= t of dG.
+        Vec dG = -dS.colwise().sum().transpose();
+        const Vec rs = dS.rowwise().sum();
+        for (int i = 0; i < h.lq; ++i)
+          if (i + h.lk - h.lq >= 0) dG(i + h.lk - h.lq) += rs(i);
+        double acc = 0;
+        for (int t = h.lk - 1; t >= 0; --t) g.dg[vec_at(p, false, b, hq, t)] = (acc += dG(t));
+      }
+    }
+  }
+  return g;
+}
+
+RopeTables rope_tables(int positions, int head_dim, double base) {
+  RopeTables t;
+  t.positions = positions;
+  t.half = head_dim / 2;
+  t.cos.resize(size_t(positions) * t.half);
+  t.sin.resize(size_t(positions) * t.half);
+  for (int pos = 0; pos < positions; ++pos)
+    for (int i = 0; i < t.half; ++i) {
+      const double angle = pos * std::pow(base, -2.0 * i / head_dim);
+      t.cos[size_t(pos) * t.half + i] = std::cos(angle);
+      t.sin[size_t(pos) * t.half + i] = std::sin(angle);
+    }
+  return t;
+}
+
+void rope_rotate(std::vector<double>& x, int n, int head_dim, const std::vector<int>& positions, double base,
+                 bool inverse) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < half; ++i) {
+      const double angle = (inverse ? -1.0 : 1.0) * positions[r] * std::pow(base, -2.0 * i / head_dim);
+      const double c = std::cos(angle), s = std::sin(angle);
+      double& x1 = x[size_t(r) * head_dim + i];
+      double& x2 = x[size_t(r) * head_dim + i + half];
+      const double a = x1, b = x2;
+      x1 = a * c - b * s;
+      x2 = b * c + a * s;
+    }
+}
+
+double visible_pairs(const Problem& p) {
+  double pairs = 0;
+  for (int b = 0; b < p.sequences(); ++b) {
+    const int lq = p.len_q(b), lk = p.len_k(b);
+    for (int i = 0; i < lq; ++i) pairs += p.causal ? std::clamp(i + lk - lq + 1, 0, lk) : lk;
+  }
+  return pairs * p.heads_q;
+}
+
+}  // namespace fa::ref

@@ -1,0 +1,76 @@
+// The ground truth: attention in fp64 with Eigen, exactly per COURSE.md's Conventions.
+// Host C++ only; never include this from a .cu file (Eigen in nvcc costs warnings and host SIMD),
+// and lesson libraries are linked without it (a student kernel cannot call the answer).
+//
+// Layouts (all contiguous, fp64 values of the already-rounded fp16/bf16 inputs):
+//   dense:  q, o, dq: (batch, heads_q, seqlen_q, head_dim)   k, v, dk, dv: (batch, heads_kv, seqlen_k, head_dim)
+//           lse: (batch, heads_q, seqlen_q)                   g, dg: (batch, heads_q, seqlen_k)
+//   varlen: q: (total_q, heads_q, head_dim)  k, v: (total_k, heads_kv, head_dim)
+//           lse: (heads_q, total_q)          g, dg: (heads_q, total_k)
+#pragma once
+
+#include <vector>
+
+namespace fa::ref {
+
+struct Problem {
+  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 1;
+  double scale = 0;    // 0 means 1/sqrt(head_dim)
+  bool causal = false;
+  // Varlen when not empty: batch + 1 prefix sums each; seqlen_q/k are then ignored.
+  std::vector<int> cu_seqlens_q, cu_seqlens_k;
+  double rope_base = 0;  // > 0: rotate q and k with RoPE (half-split pairs, this base) before QK^T
+  bool gate = false;     // add G_i - G_j, G the inclusive cumsum of the gate g (causal only)
+
+  bool varlen() const { return !cu_seqlens_q.empty(); }
+  double softmax_scale() const;
+  int sequences() const { return varlen() ? static_cast<int>(cu_seqlens_q.size()) - 1 : batch; }
+  int len_q(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
+  int len_k(int b) const { return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  int total_q() const { return varlen() ? cu_seqlens_q.back() : batch * seqlen_q; }
+  int total_k() const { return varlen() ? cu_seqlens_k.back() : batch * seqlen_k; }
+  // Throws std::invalid_argument for shapes the conventions do not define.
+  void check() const;
+};
+
+struct Inputs {
+  std::vector<double> q, k, v;
+  std::vector<double> g;  // only when Problem::gate
+};
+
+struct Forward {
+  std::vector<double> o;    // the layout of q (only the sampled rows when rows were given)
+  std::vector<double> lse;  // natural log; +inf for a row with no visible key (its O row is 0)
+};
+
+// `rows`, if given, limits the output to those query rows of every (sequence, head), in that
+// order: o is then (batch, heads_q, rows.size(), head_dim) and lse (batch, heads_q, rows.size()).
+// This is how large problems are validated (sampled rows). Dense problems only.
+Forward forward(const Problem& p, const Inputs& in, const std::vector<int>* rows = nullptr);
+
+struct Gradients {
+  std::vector<double> dq, dk, dv;  // layouts of q, k, v
+  std::vector<double> dg;          // layout of g, when Problem::gate
+};
+// Gradients of L = sum(dout * O) with respect to q, k, v and g.
+Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>& dout);
+
+// Is key j visible to query i? Bottom-right aligned: j <= i + (seqlen_k - seqlen_q).
+inline bool visible(int i, int j, int seqlen_q, int seqlen_k) { return j <= i + (seqlen_k - seqlen_q); }
+
+// RoPE tables in fp64: cos and sin of position * theta_i, theta_i = base^(-2i/d), for
+// positions 0..positions-1 and i in 0..d/2-1; row-major (positions, d/2).
+struct RopeTables {
+  int positions = 0, half = 0;
+  std::vector<double> cos, sin;
+};
+RopeTables rope_tables(int positions, int head_dim, double base = 10000.0);
+// Rotates rows x (n, head_dim, row-major) at the given positions: pair (i, i + d/2) turns by
+// position * theta_i. Positions may be negative (a rotation the other way).
+void rope_rotate(std::vector<double>& x, int n, int head_dim, const std::vector<int>& positions, double base,
+                 bool inverse = false);
+
+// Number of visible (query, key) pairs, summed over sequences and heads: FLOPs are 4 * head_dim * this.
+double visible_pairs(const Problem& p);
+
+}  // namespace fa::ref

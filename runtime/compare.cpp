@@ -1,0 +1,96 @@
+#include <cmath>
+#include <sstream>
+
+#include "fa/compare.hpp"
+
+namespace fa {
+
+Tolerance output_tolerance(DType t) {
+  // Both storage types round the output once (half an ulp: 2^-11 relative in fp16, 2^-9 in bf16)
+  // and, from lesson 07 on, round P to 16 bits before PV, which moves O by at most
+  // u * sum_j P_ij |v_j|: another half ulp relative to the values being averaged. rtol covers the
+  // two roundings (2u); atol covers the P rounding where O cancels to near zero (for randn V the
+  // sum is ~1 and u * 1 is 5e-4 in fp16). fp16's atol is the seed lab's bar, 1e-3 max abs.
+  if (t == DType::kF16) return {1e-3, 0x1p-10, "fp16: output rounding + P rounding, 2 * 2^-11 relative; atol 1e-3 (seed lab bar)"};
+  return {8e-3, 0x1p-7, "bf16: output rounding + P rounding, 2 * 2^-8 relative; atol 8e-3 (8x fp16, bf16 has 3 fewer bits)"};
+}
+
+Tolerance lse_tolerance() {
+  // fp32 throughout: scores summed over head_dim products and exp/log in fp32 give errors of a few
+  // ulps of the largest logit (fp32 ulp is 1.2e-7 relative); 1e-5 relative leaves room for exp2
+  // folding and fast-math intrinsics, 1e-4 absolute for LSE near 0.
+  return {1e-4, 1e-5, "fp32 LSE: a few fp32 ulps of the logits"};
+}
+
+CompareReport compare(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                      const Tolerance& tol, const std::vector<int>& dims, const std::vector<std::string>& dim_names) {
+  CompareReport r;
+  r.count = want.size();
+  double worst_ratio = -1;
+  if (got.size() != want.size()) {
+    r.ok = false;
+    r.text = what + " MISMATCH: got " + std::to_string(got.size()) + " elements, want " + std::to_string(want.size());
+    return r;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], w = want[i];
+    double err, allowed = tol.atol + tol.rtol * std::fabs(w), ratio;
+    bool bad;
+    if (std::isnan(g)) {
+      ++r.n_nan;
+      bad = true;
+      err = INFINITY;
+      ratio = INFINITY;
+    } else if (std::isinf(g) || std::isinf(w)) {
+      if (std::isinf(g)) ++r.n_inf;
+      bad = g != w;
+      err = bad ? INFINITY : 0.0;
+      ratio = bad ? INFINITY : 0.0;
+    } else {
+      err = std::fabs(g - w);
+      bad = err > allowed;
+      ratio = err / allowed;
+      if (err > r.max_abs_err) r.max_abs_err = err;
+    }
+    if (bad) ++r.n_bad;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      r.worst = i;
+      r.worst_got = g;
+      r.worst_want = w;
+      r.worst_err = err;
+      r.worst_allowed = allowed;
+    }
+  }
+  r.ok = r.n_bad == 0;
+
+  std::ostringstream idx;  // the flat index in the tensor's own dimensions, outermost first
+  {
+    std::vector<size_t> coord(dims.size());
+    size_t rest = r.worst;
+    for (size_t d = dims.size(); d-- > 0;) {
+      coord[d] = dims[d] > 0 ? rest % dims[d] : 0;
+      rest = dims[d] > 0 ? rest / dims[d] : rest;
+    }
+    idx << "(";
+    for (size_t d = 0; d < dims.size(); ++d)
+      idx << (d ? ", " : "") << (d < dim_names.size() ? dim_names[d] : "?") << "=" << coord[d];
+    idx << ")";
+  }
+  std::ostringstream os;
+  os.precision(6);
+  if (r.ok) {
+    os << what << " within tolerance: max abs error " << r.max_abs_err << " over " << r.count << " elements";
+  } else {
+    os << what << " MISMATCH: " << r.n_bad << " of " << r.count << " elements outside |got - want| <= " << tol.atol
+       << " + " << tol.rtol << " * |want| [" << tol.reason << "]; " << r.n_nan << " NaN, " << r.n_inf
+       << " inf in the output\n"
+       << "    worst at " << idx.str() << ": got " << r.worst_got << ", want " << r.worst_want << ", error "
+       << r.worst_err << " (allowed " << r.worst_allowed << ")";
+    if (r.n_nan == r.count) os << "\n    every element is NaN: the output was never written (it is poisoned with NaN before each run)";
+  }
+  r.text = os.str();
+  return r;
+}
+
+}  // namespace fa

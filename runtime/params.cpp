@@ -1,0 +1,40 @@
+#include <cmath>
+#include <sstream>
+
+#include "fa/params.hpp"
+
+namespace fa {
+
+double default_scale(int head_dim) { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+void set_contiguous_strides(AttnParams& p) {
+  auto packed = [&](int heads) { return Strides{0, p.head_dim, int64_t(heads) * p.head_dim}; };
+  auto dense = [&](int heads, int seqlen) {
+    return Strides{int64_t(heads) * seqlen * p.head_dim, int64_t(seqlen) * p.head_dim, p.head_dim};
+  };
+  if (p.is_varlen()) {
+    p.q_stride = p.o_stride = p.do_stride = p.dq_stride = packed(p.heads_q);
+    p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = packed(p.heads_kv);
+  } else {
+    p.q_stride = p.o_stride = p.do_stride = p.dq_stride = dense(p.heads_q, p.seqlen_q);
+    p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = dense(p.heads_kv, p.seqlen_k);
+  }
+}
+
+void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
+  if (todos.empty()) return;
+  std::string nn(lesson_id, std::string(lesson_id).find('_') == std::string::npos ? 0 : 2);
+  std::ostringstream os;
+  os << "lesson " << (nn.empty() ? std::string(lesson_id) : nn) << " not implemented yet: " << todos.front();
+  if (todos.size() > 1) os << "  (" << todos.size() - 1 << " more TODO(s) after this one)";
+  throw NotImplemented(os.str());
+}
+
+void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream) {
+  validate_forward(lesson, p);
+  if (lesson.forward == nullptr)
+    throw NotImplemented(std::string("lesson ") + lesson.id + " has no forward entry point");
+  lesson.forward(p, stream);
+}
+
+}  // namespace fa

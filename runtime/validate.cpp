@@ -1,0 +1,137 @@
+// Input validation: every rule a call must obey, checked on the host before any launch, with a
+// message that names the lesson and the problem. Nothing is silently truncated or clamped.
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "fa/params.hpp"
+
+namespace fa {
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(const LessonInfo& l) : lesson_(l) {}
+  template <class... A> [[noreturn]] void fail(const A&... parts) const {
+    std::ostringstream os;
+    os << "lesson " << lesson_.id << ": ";
+    (os << ... << parts);
+    throw InvalidArgument(os.str());
+  }
+  void need(bool feature, const char* what) const {
+    if (!feature) fail("does not support ", what, " (the request needs it)");
+  }
+  void positive(int v, const char* name) const {
+    if (v < 1) fail(name, " must be >= 1, got ", v);
+  }
+  void pointer(const void* ptr, const char* name) const {
+    if (ptr == nullptr) fail(name, " is a null pointer");
+    const int a = lesson_.features.alignment_bytes;
+    if (reinterpret_cast<uintptr_t>(ptr) % a != 0)
+      fail(name, " must be aligned to ", a, " bytes, got address ", ptr);
+  }
+  // Largest element offset of a (batch, heads, rows, head_dim) view must fit in 32 bits unless
+  // the lesson indexes with 64 bits; row strides must keep every row aligned.
+  void view(const Strides& s, int batch, int heads, int rows, int dim, const char* name) const {
+    if (s.row < 1 || s.head < 0 || s.batch < 0)
+      fail(name, " has invalid strides (batch ", s.batch, ", head ", s.head, ", row ", s.row, ")");
+    const int per = lesson_.features.alignment_bytes / 2;
+    if (per > 1 && (s.row % per || s.head % per || s.batch % per))
+      fail(name, " strides must be multiples of ", per, " elements for ", lesson_.features.alignment_bytes,
+           "-byte aligned rows, got (", s.batch, ", ", s.head, ", ", s.row, ")");
+    const int64_t last = int64_t(batch - 1) * s.batch + int64_t(heads - 1) * s.head +
+                         int64_t(rows - 1) * s.row + (dim - 1);
+    if (last > INT32_MAX && !lesson_.features.index64)
+      fail(name, " has offsets up to ", last, ", beyond 32-bit indexing (2^31 - 1); this lesson indexes with int");
+  }
+  void contiguous(const Strides& s, const Strides& want, const char* name) const {
+    if (lesson_.features.any_strides) return;
+    if (s.row != want.row || s.head != want.head || (want.batch != 0 && s.batch != want.batch))
+      fail(name, " must be contiguous for this lesson: strides (batch, head, row) should be (", want.batch, ", ",
+           want.head, ", ", want.row, "), got (", s.batch, ", ", s.head, ", ", s.row, ")");
+  }
+
+ private:
+  const LessonInfo& lesson_;
+};
+
+}  // namespace
+
+void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
+  const Checker c(lesson);
+  const Features& f = lesson.features;
+  c.positive(p.batch, "batch");
+  c.positive(p.heads_q, "heads_q");
+  c.positive(p.heads_kv, "heads_kv");
+  c.positive(p.seqlen_q, "seqlen_q");
+  c.positive(p.seqlen_k, "seqlen_k");
+  c.positive(p.head_dim, "head_dim");
+  if (p.heads_q % p.heads_kv != 0)
+    c.fail("heads_q (", p.heads_q, ") must be a multiple of heads_kv (", p.heads_kv, ")");
+  if (p.heads_q != p.heads_kv) c.need(f.gqa, "grouped-query heads (heads_q != heads_kv)");
+  if (p.dtype == DType::kF16) c.need(f.fp16, "fp16");
+  if (p.dtype == DType::kBF16) c.need(f.bf16, "bf16");
+  if (f.head_dims.empty()) {
+    if (p.head_dim > 256) c.fail("head_dim must be at most 256, got ", p.head_dim);
+  } else {
+    bool ok = false;
+    std::ostringstream list;
+    for (size_t i = 0; i < f.head_dims.size(); ++i) {
+      ok = ok || f.head_dims[i] == p.head_dim;
+      list << (i ? ", " : "") << f.head_dims[i];
+    }
+    if (!ok) c.fail("head_dim must be one of {", list.str(), "}, got ", p.head_dim);
+  }
+  if (p.causal) c.need(f.causal, "causal masking");
+  if (!std::isfinite(p.scale) || p.scale <= 0.f)
+    c.fail("scale must be finite and > 0, got ", p.scale, " (use fa::default_scale(head_dim))");
+  for (auto [ptr, name] : {std::pair<const void*, const char*>{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}})
+    c.pointer(ptr, name);
+  if (p.lse == nullptr) c.fail("lse is a null pointer (every lesson writes the LSE)");
+  if (reinterpret_cast<uintptr_t>(p.lse) % 4 != 0) c.fail("lse must be 4-byte aligned");
+
+  if (p.is_varlen() || p.cu_seqlens_k != nullptr) {
+    c.need(f.varlen, "variable-length batches (cu_seqlens)");
+    if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr)
+      c.fail("varlen needs both cu_seqlens_q and cu_seqlens_k");
+    c.positive(p.total_q, "total_q");
+    c.positive(p.total_k, "total_k");
+    c.view(p.q_stride, 1, p.heads_q, p.total_q, p.head_dim, "q");
+    c.view(p.o_stride, 1, p.heads_q, p.total_q, p.head_dim, "o");
+    c.view(p.k_stride, 1, p.heads_kv, p.total_k, p.head_dim, "k");
+    c.view(p.v_stride, 1, p.heads_kv, p.total_k, p.head_dim, "v");
+    if (int64_t(p.heads_q) * p.total_q > INT32_MAX && !f.index64) c.fail("lse has more than 2^31 - 1 elements");
+  } else {
+    if (p.seqlen_q != p.seqlen_k) c.need(f.seqlen_q_ne_k, "seqlen_q != seqlen_k");
+    const Strides want_q{int64_t(p.heads_q) * p.seqlen_q * p.head_dim, int64_t(p.seqlen_q) * p.head_dim, p.head_dim};
+    const Strides want_k{int64_t(p.heads_kv) * p.seqlen_k * p.head_dim, int64_t(p.seqlen_k) * p.head_dim, p.head_dim};
+    c.contiguous(p.q_stride, want_q, "q");
+    c.contiguous(p.o_stride, want_q, "o");
+    c.contiguous(p.k_stride, want_k, "k");
+    c.contiguous(p.v_stride, want_k, "v");
+    c.view(p.q_stride, p.batch, p.heads_q, p.seqlen_q, p.head_dim, "q");
+    c.view(p.o_stride, p.batch, p.heads_q, p.seqlen_q, p.head_dim, "o");
+    c.view(p.k_stride, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, "k");
+    c.view(p.v_stride, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, "v");
+    if (int64_t(p.batch) * p.heads_q * p.seqlen_q > INT32_MAX && !f.index64)
+      c.fail("lse has more than 2^31 - 1 elements");
+  }
+
+  if (p.rope_cos != nullptr || p.rope_sin != nullptr) {
+    c.need(f.rope, "RoPE");
+    if (p.rope_cos == nullptr || p.rope_sin == nullptr) c.fail("RoPE needs both rope_cos and rope_sin");
+    if (p.head_dim % 2 != 0) c.fail("RoPE needs an even head_dim, got ", p.head_dim);
+    if (p.seqlen_q > p.seqlen_k)
+      c.fail("RoPE needs seqlen_q <= seqlen_k (query i sits at position i + seqlen_k - seqlen_q), got ",
+             p.seqlen_q, " > ", p.seqlen_k);
+    if (p.rope_positions < p.seqlen_k)
+      c.fail("RoPE tables cover ", p.rope_positions, " positions, need ", p.seqlen_k);
+  }
+  if (p.gate != nullptr) {
+    c.need(f.gate, "the log-decay gate");
+    if (!p.causal) c.fail("the log-decay gate is defined for causal attention only");
+  }
+}
+
+}  // namespace fa

@@ -1,0 +1,174 @@
+// The shared forward suite: every forward lesson is compiled against this file (fa_add_lesson
+// FORWARD_SUITE), with FA_LESSON_GETTER naming the lesson's descriptor and FA_LESSON_NUMBER its
+// requirements. Every run poisons the outputs with NaN, surrounds every buffer with guard regions,
+// checks the inputs come back unchanged, and compares O and the LSE with the fp64 reference on the
+// same rounded inputs (fa/compare.hpp holds the tolerance and its reason).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "fa/params.hpp"
+#include "check.hpp"
+
+#if !defined(FA_LESSON_GETTER) || !defined(FA_LESSON_NUMBER)
+#error "FA_LESSON_GETTER and FA_LESSON_NUMBER are set by fa_add_lesson"
+#endif
+
+const fa::LessonInfo& FA_LESSON_GETTER();
+
+namespace {
+
+using fa::DType;
+using fa::test::Case;
+using fa::test::Pattern;
+
+const fa::LessonInfo& lesson() { return FA_LESSON_GETTER(); }
+const fa::test::Requirements& req() { return fa::test::required_for(FA_LESSON_NUMBER); }
+
+// The head dims to run: the required ones, then any other the lesson declares among a few probes.
+std::vector<int> head_dims() {
+  std::vector<int> dims = req().head_dims;
+  if (lesson().features.head_dims.empty()) {
+    dims.push_back(40);  // "any head dim" is a claim too: check one that is not a power of two
+  } else {
+    for (int d : lesson().features.head_dims)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
+  }
+  return dims;
+}
+
+std::vector<DType> dtypes() {
+  std::vector<DType> t;
+  if (req().features.fp16 || lesson().features.fp16) t.push_back(DType::kF16);
+  if (req().features.bf16 || lesson().features.bf16) t.push_back(DType::kBF16);
+  return t;
+}
+
+Case make(int sq, int sk, int d, DType t, bool causal, Pattern p = Pattern::kRandn) {
+  Case c;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.head_dim = d;
+  c.dtype = t;
+  c.causal = causal;
+  c.pattern = p;
+  return c;
+}
+
+// Every adversarial pattern at two shapes (a tail on both sides, and seqlen_q < seqlen_k).
+void run_pattern(Pattern p) {
+  for (DType t : dtypes())
+    for (int d : head_dims())
+      for (bool causal : {false, true})
+        for (auto [sq, sk] : {std::pair{130, 130}, std::pair{70, 200}}) {
+          Case c = make(sq, sk, d, t, causal, p);
+          c.heads_q = c.heads_kv = 2;
+          FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+        }
+}
+
+}  // namespace
+
+TEST_CASE("forward: declares the required features") {
+  const std::string missing = fa::test::missing_features(lesson(), req());
+  CHECK_MESSAGE(missing.empty(), "lesson ", lesson().id, " must support: ", missing);
+  const bool has_forward = lesson().forward != nullptr;
+  CHECK_MESSAGE(has_forward, "lesson ", lesson().id, " has no forward entry point");
+}
+
+TEST_CASE("forward: sequence lengths 1 17 127 128 129 1000") {
+  for (DType t : dtypes())
+    for (int d : head_dims())
+      for (bool causal : {false, true})
+        for (int n : {1, 17, 127, 128, 129, 1000}) FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), make(n, n, d, t, causal)));
+}
+
+TEST_CASE("forward: several batches and heads with different data") {
+  for (DType t : dtypes())
+    for (bool causal : {false, true}) {
+      Case c = make(67, 67, req().head_dims.front(), t, causal);
+      c.batch = 3;
+      c.heads_q = c.heads_kv = 5;
+      FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+    }
+}
+
+TEST_CASE("forward: seqlen_q differs from seqlen_k") {
+  for (DType t : dtypes())
+    for (int d : head_dims())
+      for (bool causal : {false, true})
+        for (auto [sq, sk] : {std::pair{1, 128}, std::pair{17, 300}, std::pair{129, 64}, std::pair{300, 17}, std::pair{64, 1}}) {
+          Case c = make(sq, sk, d, t, causal);
+          c.batch = 2;
+          FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+        }
+}
+
+TEST_CASE("forward: fully masked rows give O = 0 and LSE = +inf") {
+  // Causal with seqlen_q > seqlen_k: query i sees keys j <= i - (seqlen_q - seqlen_k), so the
+  // first seqlen_q - seqlen_k rows see nothing. A missing -inf guard turns them into NaN.
+  for (DType t : dtypes())
+    for (int d : head_dims())
+      for (auto [sq, sk] : {std::pair{100, 30}, std::pair{257, 128}, std::pair{5, 1}})
+        FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), make(sq, sk, d, t, true)));
+}
+
+TEST_CASE("forward: large positive logits") { run_pattern(Pattern::kLargePositive); }
+TEST_CASE("forward: large negative logits") { run_pattern(Pattern::kLargeNegative); }
+TEST_CASE("forward: row max in the last key tile") { run_pattern(Pattern::kMaxInLastTile); }
+TEST_CASE("forward: all-equal scores") { run_pattern(Pattern::kAllEqual); }
+
+TEST_CASE("forward: long sequence 4096 with sampled rows") {
+  for (bool causal : {false, true}) {
+    Case c = make(4096, 4096, req().head_dims.front(), dtypes().front(), causal);
+    c.sample_rows = {0, 1, 63, 64, 65, 127, 128, 1000, 2047, 2048, 3071, 4031, 4032, 4094, 4095};
+    FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+  }
+}
+
+TEST_CASE("forward: bitwise deterministic") {
+  for (bool causal : {false, true}) {
+    Case c = make(1000, 1000, req().head_dims.back(), dtypes().front(), causal);
+    c.heads_q = c.heads_kv = 2;
+    FA_CHECK_OUTCOME(fa::test::check_deterministic(lesson(), c));
+  }
+}
+
+TEST_CASE("forward: grouped-query heads or a clear rejection") {
+  for (auto [hq, hkv] : {std::pair{4, 2}, std::pair{6, 1}}) {
+    Case c = make(129, 129, req().head_dims.front(), dtypes().front(), true);
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.batch = 2;
+    if (req().features.gqa || lesson().features.gqa)
+      FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+    else
+      FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "grouped-query"));
+  }
+}
+
+TEST_CASE("forward: strided layout or a clear rejection") {
+  Case c = make(77, 77, req().head_dims.front(), dtypes().front(), false);
+  c.heads_q = c.heads_kv = 3;
+  c.batch = 2;
+  c.bshd = true;  // (batch, seqlen, heads, head_dim), as most models store it
+  if (req().features.any_strides || lesson().features.any_strides)
+    FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+  else
+    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "contiguous"));
+}
+
+TEST_CASE("forward: bad input rejected before launch") {
+  const Case c = make(64, 64, req().head_dims.front(), dtypes().front(), false);
+  const int bad_dim = lesson().features.head_dims.empty() ? 300 : 72;
+  Case cd = c;
+  cd.head_dim = bad_dim;  // a valid call in every other way, with a head dim the lesson lacks
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), cd, [](fa::AttnParams&) {}, "head_dim"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.q = nullptr; }, "q is a null pointer"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.lse = nullptr; }, "lse is a null pointer"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(
+      lesson(), c, [](fa::AttnParams& p) { p.o = static_cast<char*>(p.o) + 1; }, "aligned"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.heads_kv = 3; }, "multiple of heads_kv"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.seqlen_k = 0; }, "seqlen_k must be >= 1"));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.scale = 0.f; }, "scale"));
+}

@@ -1,0 +1,56 @@
+// GPU smoke tests of the harness: device buffers, their guards and poison, and CUDA error
+// reporting. These need a GPU; without one the executable skips (or fails with FA_REQUIRE_GPU=1).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "fa/buffer.hpp"
+#include "fa/cuda_check.hpp"
+#include "fa/half.hpp"
+
+namespace {
+__global__ void write_range(float* x, int begin, int end) {
+  const int i = begin + static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < end) x[i] = 1.0f;
+}
+}  // namespace
+
+TEST_CASE("harness gpu: device buffer guards catch out-of-bounds writes") {
+  fa::Buffer b(fa::Memory::kDevice, 1000 * sizeof(float), "o");
+  write_range<<<8, 128>>>(static_cast<float*>(b.data()), 0, 1000);  // exactly in bounds
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK_NOTHROW(b.check_guards());
+  const auto v = b.to_host<float>();
+  CHECK(v.front() == 1.0f);
+  CHECK(v.back() == 1.0f);
+  write_range<<<8, 128>>>(static_cast<float*>(b.data()), 0, 1001);  // one element too far
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK_THROWS_WITH_AS(b.check_guards(), doctest::Contains("after o: byte 0 past the end"), fa::Error);
+  fa::Buffer c(fa::Memory::kDevice, 64 * sizeof(float), "lse");
+  write_range<<<1, 32>>>(static_cast<float*>(c.data()) - 1, 0, 1);  // one element before
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK_THROWS_WITH_AS(c.check_guards(), doctest::Contains("before lse"), fa::Error);
+}
+
+TEST_CASE("harness gpu: poisoned device outputs read back as NaN") {
+  fa::Buffer b(fa::Memory::kDevice, 256, "o");
+  b.poison();
+  const auto h = b.to_host<uint16_t>();
+  const auto f = b.to_host<float>();
+  for (uint16_t x : h) REQUIRE(std::isnan(fa::f16_to_float(x)));
+  for (float x : f) REQUIRE(std::isnan(x));
+  CHECK_NOTHROW(b.check_guards());  // poisoning stays inside the payload
+}
+
+TEST_CASE("harness gpu: CUDA errors name the call and the line") {
+  fa::Buffer b(fa::Memory::kDevice, 64, "x");
+  write_range<<<1, 4096>>>(static_cast<float*>(b.data()), 0, 1);  // more threads than a block may have
+  CHECK_THROWS_WITH_AS(FA_CHECK_LAUNCH(), doctest::Contains("harness_gpu_test.cu:"), fa::CudaError);
+  CHECK_THROWS_WITH_AS(FA_CUDA_CHECK(cudaMemcpy(nullptr, b.data(), 1 << 30, cudaMemcpyDeviceToHost)),
+                       doctest::Contains("cudaMemcpy"), fa::CudaError);
+  FA_CUDA_CHECK(cudaGetLastError());  // both errors were non-sticky: the context still works
+  CHECK_NOTHROW(b.poison());
+}

@@ -1,0 +1,284 @@
+// The harness the suites stand on: rounding, comparison, validation, buffers, seeds, the
+// "not implemented yet" message and the skeleton generator. CPU only.
+#include <doctest/doctest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "fa/buffer.hpp"
+#include "fa/compare.hpp"
+#include "fa/half.hpp"
+#include "fa/params.hpp"
+#include "fa/random.hpp"
+#include "skeleton.hpp"
+
+TEST_CASE("harness: fp16 rounding") {
+  CHECK(fa::float_to_f16(1.0f) == 0x3c00);
+  CHECK(fa::float_to_f16(-2.0f) == 0xc000);
+  CHECK(fa::float_to_f16(65504.0f) == 0x7bff);            // the largest half
+  CHECK(fa::float_to_f16(65519.0f) == 0x7bff);            // still rounds down
+  CHECK(fa::float_to_f16(65520.0f) == 0x7c00);            // rounds to inf
+  CHECK(fa::float_to_f16(std::ldexp(1.0f, -24)) == 0x0001);  // the smallest subnormal
+  CHECK(fa::float_to_f16(std::ldexp(1.0f, -25)) == 0x0000);  // a tie: to even (zero)
+  CHECK(fa::float_to_f16(std::ldexp(3.0f, -25)) == 0x0002);  // a tie: to even (2)
+  CHECK(fa::float_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // tie: to even
+  CHECK(fa::float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // tie: to even
+  CHECK(fa::float_to_f16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)) == 0x3c01);
+  CHECK(std::isnan(fa::f16_to_float(fa::float_to_f16(NAN))));
+  // Every half converts to float and back unchanged.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = fa::f16_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    REQUIRE(fa::float_to_f16(f) == h);
+  }
+  CHECK(fa::f16_to_float(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(fa::f16_to_float(0x3555) == 0.333251953125f);
+}
+
+TEST_CASE("harness: bf16 rounding") {
+  CHECK(fa::float_to_bf16(1.0f) == 0x3f80);
+  CHECK(fa::float_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);      // tie: to even
+  CHECK(fa::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie: to even
+  CHECK(fa::float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -16)) == 0x3f81);
+  CHECK(std::isnan(fa::bf16_to_float(fa::float_to_bf16(NAN))));
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = fa::bf16_to_float(static_cast<uint16_t>(b));
+    if (std::isnan(f)) continue;
+    REQUIRE(fa::float_to_bf16(f) == b);
+  }
+}
+
+TEST_CASE("harness: poison is NaN in every storage type") {
+  fa::Buffer b(fa::Memory::kHost, 64, "out");
+  b.poison();
+  const auto h = b.to_host<uint16_t>();
+  const auto f = b.to_host<float>();
+  CHECK(std::isnan(fa::f16_to_float(h[0])));
+  CHECK(std::isnan(fa::bf16_to_float(h[0])));
+  CHECK(std::isnan(f[0]));
+}
+
+TEST_CASE("harness: host buffer guards catch out-of-bounds writes") {
+  fa::Buffer b(fa::Memory::kHost, 100, "o");
+  CHECK(reinterpret_cast<uintptr_t>(b.data()) % 256 == 0);
+  CHECK_NOTHROW(b.check_guards());
+  static_cast<uint8_t*>(b.data())[99] = 1;  // the last payload byte is fine
+  CHECK_NOTHROW(b.check_guards());
+  static_cast<uint8_t*>(b.data())[100] = 1;  // one past the end is not
+  CHECK_THROWS_WITH_AS(b.check_guards(), doctest::Contains("after o: byte 0 past the end"), fa::Error);
+  fa::Buffer c(fa::Memory::kHost, 100, "lse");
+  static_cast<uint8_t*>(c.data())[-2] = 0;
+  CHECK_THROWS_WITH_AS(c.check_guards(), doctest::Contains("before lse: byte 2 before the start"), fa::Error);
+}
+
+TEST_CASE("harness: compare names the worst element and counts NaN and inf") {
+  const fa::Tolerance tol{1e-3, 1e-3, "test"};
+  std::vector<double> want(2 * 3 * 4, 1.0), got = want;
+  got[1 * 12 + 2 * 4 + 3] = 1.5;  // (b=1, h=2, d=3) in a (2, 3, 4) tensor
+  got[0] = 1.0025;                // also bad (allowed 2e-3), but less so
+  got[5] = NAN;
+  fa::CompareReport r = fa::compare("O", got, want, tol, {2, 3, 4}, {"b", "h", "d"});
+  CHECK_FALSE(r.ok);
+  CHECK(r.n_bad == 3);
+  CHECK(r.n_nan == 1);
+  CHECK(r.text.find("MISMATCH") != std::string::npos);
+  CHECK(r.text.find("(b=0, h=1, d=1)") != std::string::npos);  // the NaN is the worst
+  got[5] = 1.0;
+  r = fa::compare("O", got, want, tol, {2, 3, 4}, {"b", "h", "d"});
+  CHECK(r.n_bad == 2);
+  CHECK(r.text.find("(b=1, h=2, d=3): got 1.5, want 1") != std::string::npos);
+  CHECK(r.max_abs_err == doctest::Approx(0.5));
+  // Within atol + rtol * |want|: 1e-3 + 1e-3 * 1 = 2e-3.
+  got = want;
+  got[3] = 1.0019;
+  CHECK(fa::compare("O", got, want, tol, {24}, {"i"}).ok);
+  got[3] = 1.0021;
+  CHECK_FALSE(fa::compare("O", got, want, tol, {24}, {"i"}).ok);
+  // An infinite LSE (fully masked row) must be matched exactly, and never by NaN or -inf.
+  std::vector<double> lw{INFINITY, 2.0}, lg{INFINITY, 2.0};
+  CHECK(fa::compare("LSE", lg, lw, tol, {2}, {"i"}).ok);
+  lg[0] = -INFINITY;
+  CHECK_FALSE(fa::compare("LSE", lg, lw, tol, {2}, {"i"}).ok);
+  lg[0] = 1e30;
+  CHECK_FALSE(fa::compare("LSE", lg, lw, tol, {2}, {"i"}).ok);
+  lg = {NAN, NAN};
+  r = fa::compare("LSE", lg, lw, tol, {2}, {"i"});
+  CHECK(r.text.find("never written") != std::string::npos);
+}
+
+TEST_CASE("harness: tolerances come from the storage precision") {
+  const fa::Tolerance h = fa::output_tolerance(fa::DType::kF16), b = fa::output_tolerance(fa::DType::kBF16);
+  CHECK(h.atol == 1e-3);             // the seed lab's bar
+  CHECK(h.rtol == std::ldexp(1.0, -10));  // two fp16 half-ulps
+  CHECK(b.rtol == std::ldexp(1.0, -7));   // two bf16 half-ulps
+  CHECK(b.atol == 8e-3);
+  CHECK(std::string(h.reason).size() > 10);
+}
+
+namespace {
+int g_launches = 0;
+void count_launch(const fa::AttnParams&, cudaStream_t) { ++g_launches; }
+
+fa::LessonInfo fake_lesson() {
+  fa::LessonInfo l;
+  l.id = "99_fake";
+  l.memory = fa::Memory::kHost;
+  l.features.fp16 = true;
+  l.features.head_dims = {64, 128};
+  l.features.alignment_bytes = 16;
+  l.forward = &count_launch;
+  return l;
+}
+
+alignas(256) uint16_t g_storage[4096];
+
+fa::AttnParams valid_params() {
+  fa::AttnParams p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 1;
+  p.seqlen_q = p.seqlen_k = 8;
+  p.head_dim = 64;
+  p.scale = 0.125f;
+  p.q = p.k = p.v = g_storage;
+  p.o = g_storage + 1024;
+  p.lse = reinterpret_cast<float*>(g_storage + 2048);
+  fa::set_contiguous_strides(p);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("harness: validation rejects bad input before any launch") {
+  const fa::LessonInfo lesson = fake_lesson();
+  g_launches = 0;
+  CHECK_NOTHROW(fa::run_forward(lesson, valid_params()));
+  CHECK(g_launches == 1);
+  struct Bad {
+    const char* expect;
+    void (*change)(fa::AttnParams&);
+  };
+  const Bad bad[] = {
+      {"head_dim must be one of {64, 128}, got 96", [](fa::AttnParams& p) { p.head_dim = 96; }},
+      {"does not support bf16", [](fa::AttnParams& p) { p.dtype = fa::DType::kBF16; }},
+      {"does not support causal masking", [](fa::AttnParams& p) { p.causal = true; }},
+      {"does not support seqlen_q != seqlen_k", [](fa::AttnParams& p) { p.seqlen_k = 9; }},
+      {"does not support grouped-query heads", [](fa::AttnParams& p) { p.heads_q = 2; }},
+      {"heads_q (1) must be a multiple of heads_kv (2)", [](fa::AttnParams& p) { p.heads_kv = 2; }},
+      {"batch must be >= 1, got 0", [](fa::AttnParams& p) { p.batch = 0; }},
+      {"seqlen_q must be >= 1, got -3", [](fa::AttnParams& p) { p.seqlen_q = -3; }},
+      {"k is a null pointer", [](fa::AttnParams& p) { p.k = nullptr; }},
+      {"lse is a null pointer", [](fa::AttnParams& p) { p.lse = nullptr; }},
+      {"v must be aligned to 16 bytes", [](fa::AttnParams& p) { p.v = g_storage + 1; }},
+      {"scale must be finite and > 0", [](fa::AttnParams& p) { p.scale = NAN; }},
+      {"q must be contiguous", [](fa::AttnParams& p) { p.q_stride.row = 128; }},
+      {"beyond 32-bit indexing", [](fa::AttnParams& p) {
+         p.batch = 40000;  // 40000 * 8 * 64 * 128 heads... exceeds 2^31 elements
+         p.heads_q = p.heads_kv = 128;
+         fa::set_contiguous_strides(p);
+       }},
+      {"does not support RoPE", [](fa::AttnParams& p) { p.rope_cos = p.rope_sin = reinterpret_cast<const float*>(g_storage); }},
+      {"does not support the log-decay gate", [](fa::AttnParams& p) { p.gate = reinterpret_cast<const float*>(g_storage); }},
+      {"does not support variable-length batches", [](fa::AttnParams& p) {
+         static const int cu[2] = {0, 8};
+         p.cu_seqlens_q = p.cu_seqlens_k = cu;
+       }},
+  };
+  for (const Bad& b : bad) {
+    fa::AttnParams p = valid_params();
+    b.change(p);
+    g_launches = 0;
+    CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains(b.expect), fa::InvalidArgument);
+    CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains("lesson 99_fake: "), fa::InvalidArgument);
+    CHECK_MESSAGE(g_launches == 0, "launched despite: ", b.expect);
+  }
+}
+
+TEST_CASE("harness: rules that hold whatever the lesson supports") {
+  fa::LessonInfo lesson = fake_lesson();
+  lesson.features.rope = lesson.features.gate = lesson.features.causal = lesson.features.seqlen_q_ne_k = true;
+  fa::AttnParams p = valid_params();
+  p.gate = reinterpret_cast<const float*>(g_storage);
+  CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains("causal attention only"), fa::InvalidArgument);
+  p = valid_params();
+  p.rope_cos = p.rope_sin = reinterpret_cast<const float*>(g_storage);
+  p.rope_positions = 8;
+  p.seqlen_q = 9;
+  fa::set_contiguous_strides(p);
+  CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains("seqlen_q <= seqlen_k"), fa::InvalidArgument);
+  p.seqlen_q = 8;
+  fa::set_contiguous_strides(p);
+  p.rope_positions = 4;
+  CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains("cover 4 positions, need 8"), fa::InvalidArgument);
+  p.rope_positions = 8;
+  g_launches = 0;
+  CHECK_NOTHROW(fa::run_forward(lesson, p));
+  CHECK(g_launches == 1);
+}
+
+TEST_CASE("harness: a skeleton says which TODO is next") {
+  CHECK_NOTHROW(fa::throw_if_todos_left("07_tensor_cores", {}));
+  CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("07_tensor_cores", {"TODO(1): load Q", "TODO(2): mma"}),
+                       "lesson 07 not implemented yet: TODO(1): load Q  (1 more TODO(s) after this one)", fa::NotImplemented);
+}
+
+TEST_CASE("harness: seeded random numbers") {
+  fa::Rng a(7), b(7), c(8);
+  const double x = a.normal();
+  CHECK(x == b.normal());
+  CHECK(x != c.normal());
+  double sum = 0, sum2 = 0;
+  fa::Rng r(1);
+  for (int i = 0; i < 100000; ++i) {
+    const double v = r.normal();
+    sum += v;
+    sum2 += v * v;
+  }
+  CHECK(std::fabs(sum / 1e5) < 0.02);
+  CHECK(std::fabs(sum2 / 1e5 - 1.0) < 0.02);
+  const char* old = std::getenv("FA_TEST_SEED");
+  const std::string saved = old ? old : "";
+  const uint64_t s1 = fa::seed_for("case");
+  CHECK(s1 != fa::seed_for("other case"));
+  setenv("FA_TEST_SEED", "12345", 1);
+  CHECK(fa::base_seed() == 12345);
+  CHECK(fa::seed_for("case") != s1);
+  if (old) setenv("FA_TEST_SEED", saved.c_str(), 1); else unsetenv("FA_TEST_SEED");
+  CHECK(fa::seed_for("case") == s1);
+}
+
+TEST_CASE("skeleton: solution blocks become TODOs") {
+  const std::string solution =
+      "int f() {\n"
+      "const fa::TodoList kTodosLeft = {\n"
+      "    // @todos-left\n"
+      "};\n"
+      "  // TODO(1): return the \"answer\".\n"
+      "  //   hint: it is 42\n"
+      "  // BEGIN SOLUTION\n"
+      "  return 42;\n"
+      "  // END SOLUTION\n"
+      "  // BEGIN SKELETON\n"
+      "  // return 0;\n"
+      "  // END SKELETON\n"
+      "}\n";
+  const std::string skeleton =
+      "// Your copy of this lesson, generated from solutions/x.cu by fa-skeleton.\n"
+      "int f() {\n"
+      "const fa::TodoList kTodosLeft = {\n"
+      "    \"TODO(1): return the \\\"answer\\\".\",\n"
+      "};\n"
+      "  // TODO(1): return the \"answer\".\n"
+      "  //   hint: it is 42\n"
+      "  return 0;\n"
+      "}\n";
+  CHECK(fa::skeleton::transform(solution, "solutions/x.cu") == skeleton);
+  CHECK_THROWS_WITH_AS(fa::skeleton::transform("// BEGIN SOLUTION\nx\n", "a.cu"), doctest::Contains("a.cu:1: block never closed"),
+                       fa::skeleton::Error);
+  CHECK_THROWS_WITH_AS(fa::skeleton::transform("// TODO(1): x\n// BEGIN SOLUTION\n// END SOLUTION\n", "a.cu"),
+                       doctest::Contains("@todos-left"), fa::skeleton::Error);
+  CHECK_THROWS_WITH_AS(fa::skeleton::transform("// END SKELETON\n", "a.cu"), doctest::Contains("a.cu:1: an END marker"),
+                       fa::skeleton::Error);
+  CHECK(fa::skeleton::is_source("kernel.cu"));
+  CHECK_FALSE(fa::skeleton::is_source("README.md"));
+}

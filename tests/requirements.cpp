@@ -1,0 +1,35 @@
+// What each lesson must support. The suites read this, not the lesson's own declaration, so a
+// lesson cannot dodge a case by declaring less; a lesson that declares more is tested on that too.
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "support.hpp"
+
+namespace fa::test {
+namespace {
+
+// Lessons 00-06 (COURSE.md): causal and not, any N >= 1, seqlen_q != seqlen_k, the LSE,
+// fp16 and bf16 storage, head dims 64 and 128.
+Requirements core_forward() {
+  Requirements r;
+  r.features.fp16 = r.features.bf16 = true;
+  r.features.causal = true;
+  r.features.seqlen_q_ne_k = true;
+  r.head_dims = {64, 128};
+  return r;
+}
+
+}  // namespace
+
+const Requirements& required_for(int lesson) {
+  static const std::map<int, Requirements> table = {
+      {0, core_forward()},  // the reference exercise in Eigen
+  };
+  const auto it = table.find(lesson);
+  if (it == table.end())
+    throw std::logic_error("tests/requirements.cpp has no requirements for lesson " + std::to_string(lesson));
+  return it->second;
+}
+
+}  // namespace fa::test

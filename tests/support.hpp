@@ -1,0 +1,69 @@
+// What the shared suites are made of: cases (shape, dtype, causal, input pattern), seeded inputs
+// rounded to the storage type, and runs of a lesson with poisoned outputs, guard regions and an
+// fp64 reference comparison. One place, used by every lesson's suite and by the mutants.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fa/params.hpp"
+#include "reference.hpp"
+
+namespace fa::test {
+
+// Inputs randn never produces, each with the mutant it exists to catch.
+enum class Pattern {
+  kRandn,
+  kLargePositive,   // logits ~ +80: exp without the max subtracted overflows fp32 (inf/inf = NaN)
+  kLargeNegative,   // logits ~ -150: a running max started at 0 instead of -inf underflows l to 0
+  kMaxInLastTile,   // logits grow with the key index: a missing rescale of the accumulator shows
+  kAllEqual,        // every key equal: P is uniform over the visible keys, so an off-by-one mask shows
+};
+const char* name(Pattern p);
+
+struct Case {
+  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
+  DType dtype = DType::kF16;
+  bool causal = false;
+  Pattern pattern = Pattern::kRandn;
+  bool bshd = false;              // store tensors as (batch, seqlen, heads, head_dim) through strides
+  std::vector<int> sample_rows;   // compare only these query rows (large problems); empty: all
+  std::string describe() const;
+  ref::Problem problem() const;
+};
+
+struct Inputs {
+  std::vector<uint16_t> q, k, v;  // storage bits, (batch, heads, seqlen, head_dim)
+  ref::Inputs values;             // the same rounded values in fp64, for the reference
+};
+Inputs make_inputs(const Case& c, uint64_t seed);
+
+struct Outcome {
+  bool ok = true;
+  bool not_implemented = false;  // the lesson threw NotImplemented: stop this test case
+  std::string text;
+};
+
+// Runs the lesson once on fresh inputs and compares O and LSE with the reference.
+Outcome check_forward(const LessonInfo& lesson, const Case& c);
+// Runs the lesson twice on the same inputs; O and LSE must be bitwise identical.
+Outcome check_deterministic(const LessonInfo& lesson, const Case& c);
+// Breaks a valid call with `break_it`; the lesson must throw InvalidArgument whose message names
+// the lesson and contains `expect`, and must not write the (poisoned) outputs.
+Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::function<void(AttnParams&)>& break_it,
+                       const std::string& expect);
+
+// What each lesson must support, written here and not taken from the lesson (tests/requirements.cpp).
+struct Requirements {
+  Features features;
+  std::vector<int> head_dims;  // the head dims the suites run
+};
+const Requirements& required_for(int lesson);
+// The features `lesson` lacks among the required ones, as a readable list ("" if none).
+std::string missing_features(const LessonInfo& lesson, const Requirements& req);
+// Does `lesson` support head_dim d?
+bool supports_head_dim(const LessonInfo& lesson, int d);
+
+}  // namespace fa::test

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU ledger (tests/gpu-ledger.md): every full GPU run of the solutions, with a hash of the
+# sources a GPU run depends on. CI has no GPU, so it checks that the newest row's hash is the hash
+# of the tree it tests: a kernel, test or runtime change cannot land without a recorded GPU run.
+#   tools/gpu-ledger.sh hash                             print the hash of the GPU sources
+#   tools/gpu-ledger.sh check                            exit 1 if they changed since the last run
+#   tools/gpu-ledger.sh record "<GPU>" "<ctest line>"    append a row for the current tree, and
+#                                                        rewrite the README's "last verified" line
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+ledger=tests/gpu-ledger.md
+# What a GPU run depends on: kernels, runtime, tests, and the build that compiles them.
+paths=(solutions include runtime reference tests tools/CMakeLists.txt CMakeLists.txt cmake)
+
+sources_hash() {
+  git ls-files --cached --others --exclude-standard -- "${paths[@]}" | grep -vx "$ledger" | LC_ALL=C sort |
+    while IFS= read -r f; do [ -f "$f" ] && printf '%s  %s\n' "$(sha256sum < "$f" | cut -c1-64)" "$f"; done |
+    sha256sum | cut -c1-16
+}
+
+last_hash() { grep -E '^\| 20' "$ledger" | tail -1 | awk -F'|' '{gsub(/[ `]/, "", $6); print $6}'; }
+
+case "${1:-}" in
+  hash) sources_hash ;;
+  check)
+    now=$(sources_hash)
+    last=$(last_hash || true)
+    if [ "$now" != "$last" ]; then
+      echo "GPU ledger: the GPU sources changed since the last recorded GPU run (ledger ${last:-none}, tree $now)."
+      echo "Run the suite on a GPU (bash .device/gpu-run.sh, see README) and record it with tools/gpu-ledger.sh record."
+      exit 1
+    fi
+    echo "GPU ledger: the tree matches the last recorded GPU run ($now)."
+    ;;
+  record)
+    [ $# -eq 3 ] || { echo "usage: $0 record \"<GPU>\" \"<ctest summary line>\""; exit 2; }
+    h=$(sources_hash)
+    row="| $(date -u +%Y-%m-%d) | $(git rev-parse --short HEAD 2>/dev/null || echo none) | $2 | $3 | \`$h\` |"
+    echo "$row" >> "$ledger"
+    line="Last verified GPU run: $(date -u +%Y-%m-%d), $2: $3 (sources \`$h\`, see [tests/gpu-ledger.md](tests/gpu-ledger.md))."
+    python3 - "$line" <<'PY'
+import re, sys
+p = "README.md"
+s = open(p).read()
+s = re.sub(r"(<!-- gpu-ledger -->\n).*?(\n<!-- /gpu-ledger -->)", lambda m: m.group(1) + sys.argv[1] + m.group(2), s, flags=re.S)
+open(p, "w").write(s)
+PY
+    echo "recorded: $row"
+    ;;
+  *) echo "usage: $0 hash | check | record \"<GPU>\" \"<ctest summary line>\""; exit 2 ;;
+esac

@@ -1,0 +1,95 @@
+#include "skeleton.hpp"
+
+#include <regex>
+#include <sstream>
+#include <vector>
+
+namespace fa::skeleton {
+namespace {
+
+std::string trim_left(const std::string& s) { return s.substr(std::min(s.find_first_not_of(" \t"), s.size())); }
+
+bool is_marker(const std::string& line, const char* marker) { return trim_left(line).rfind(marker, 0) == 0; }
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// "    // Mat S = ...;" -> "    Mat S = ...;"
+std::string uncomment(const std::string& line) {
+  const size_t at = line.find("//");
+  if (at == std::string::npos || line.find_first_not_of(" \t") != at) return line;
+  std::string rest = line.substr(at + 2);
+  if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
+  return line.substr(0, at) + rest;
+}
+
+}  // namespace
+
+bool is_source(const std::string& f) {
+  for (const char* ext : {".cu", ".cuh", ".cpp", ".hpp", ".h"}) {
+    const std::string e(ext);
+    if (f.size() > e.size() && f.compare(f.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
+
+std::string transform(const std::string& solution, const std::string& origin) {
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(solution);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  const std::regex todo_re(R"(^\s*// (TODO\(\d+\): .*\S)\s*$)");
+  std::vector<std::string> todos;
+  for (const std::string& l : lines) {
+    std::smatch m;
+    if (std::regex_match(l, m, todo_re)) todos.push_back(m[1]);
+  }
+
+  enum class State { kShared, kSolution, kSkeleton } state = State::kShared;
+  int opened_at = 0;
+  bool list_placed = false, any_block = false;
+  std::ostringstream out;
+  out << "// Your copy of this lesson, generated from " << origin << " by fa-skeleton.\n";
+  auto fail = [&](int line, const std::string& what) {
+    throw Error(origin + ":" + std::to_string(line) + ": " + what);
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    const int n = static_cast<int>(i) + 1;
+    if (is_marker(l, "// BEGIN SOLUTION") || is_marker(l, "// BEGIN SKELETON")) {
+      if (state != State::kShared) fail(n, "a block opened inside the block opened at line " + std::to_string(opened_at));
+      state = is_marker(l, "// BEGIN SOLUTION") ? State::kSolution : State::kSkeleton;
+      opened_at = n;
+      any_block = true;
+      continue;
+    }
+    if (is_marker(l, "// END SOLUTION") || is_marker(l, "// END SKELETON")) {
+      const State closes = is_marker(l, "// END SOLUTION") ? State::kSolution : State::kSkeleton;
+      if (state != closes) fail(n, "an END marker without its BEGIN");
+      state = State::kShared;
+      continue;
+    }
+    if (l.find("// @todos-left") != std::string::npos) {
+      const std::string indent = l.substr(0, l.find_first_not_of(" \t"));
+      for (const std::string& t : todos) out << indent << '"' << escape(t) << "\",\n";
+      list_placed = true;
+      continue;
+    }
+    if (state == State::kSolution) continue;
+    out << (state == State::kSkeleton ? uncomment(l) : l) << '\n';
+  }
+  if (state != State::kShared) fail(opened_at, "block never closed");
+  if (any_block && !list_placed)
+    fail(1, "the file has solution blocks but no '// @todos-left' line, so its skeleton could not report them");
+  if (any_block && todos.empty()) fail(1, "the file has solution blocks but no '// TODO(n): ...' line naming them");
+  return out.str();
+}
+
+}  // namespace fa::skeleton
