@@ -1,10 +1,12 @@
 # The one CMake helper per lesson, and the one helper per test executable.
 #
-#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
+#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [MODEL] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
 #
 # builds ${FA_LESSONS_DIR}/<NN>_<name>/*.{cu,cpp} into the library lesson<NN> (linked with the
 # runtime, never with the reference), and its tests labelled lesson<NN>:
 #   FORWARD_SUITE  the shared forward suite (tests/forward_suite.cpp) run on this lesson
+#   MODEL          the lesson also has a CPU model of its kernel (fa_lesson_<NN>_model, host
+#                  memory): the same forward suite runs on it, without a GPU
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
 #   ARCH           a CUDA architecture the lesson needs (e.g. 90a): used for this lesson alone
@@ -15,11 +17,18 @@
 
 set(FA_SKIP_CODE 77)  # a GPU test executable returns this on a machine without a GPU
 
-# fa_add_doctest(<target> KIND cpu|gpu LABEL <label> SOURCES ... [LIBS ...] [DEFINES ...])
+# fa_add_doctest(<target> KIND cpu|gpu LABEL <label> [PART <part>] SOURCES ... [LIBS ...] [DEFINES ...])
 # One doctest executable with the course's main (skip code, FA_REQUIRE_GPU, FA_TEST_SEED);
-# every test case becomes a ctest test named <label>/<case> with labels <label> and <kind>.
+# every test case becomes a ctest test named <label>/<case> (<label>/<part>/<case> with PART)
+# with labels <label> and <kind>. tests/manifest.txt lists its cases under <label> (<label>.<part>).
 function(fa_add_doctest target)
-  cmake_parse_arguments(T "" "KIND;LABEL" "SOURCES;LIBS;DEFINES" ${ARGN})
+  cmake_parse_arguments(T "" "KIND;LABEL;PART" "SOURCES;LIBS;DEFINES" ${ARGN})
+  set(prefix "${T_LABEL}/")
+  set(key "${T_LABEL}")
+  if(T_PART)
+    set(prefix "${T_LABEL}/${T_PART}/")
+    set(key "${T_LABEL}.${T_PART}")
+  endif()
   add_executable(${target} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
   target_link_libraries(${target} PRIVATE doctest::doctest fa_runtime ${T_LIBS})
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
@@ -28,19 +37,19 @@ function(fa_add_doctest target)
   else()
     target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=0 ${T_DEFINES})
   endif()
-  doctest_discover_tests(${target} TEST_PREFIX "${T_LABEL}/" TEST_LIST ${target}_TESTS
+  doctest_discover_tests(${target} TEST_PREFIX "${prefix}" TEST_LIST ${target}_TESTS
                          PROPERTIES SKIP_RETURN_CODE ${FA_SKIP_CODE} TIMEOUT 600)
   # doctest_discover_tests resets LABELS, so set ours in a file ctest reads after its list.
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_labels.cmake")
   file(WRITE "${labels_file}"
        "if(${target}_TESTS)\n  set_tests_properties(\${${target}_TESTS} PROPERTIES LABELS \"${T_LABEL};${T_KIND}\")\nendif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
-  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_EXES_${T_LABEL} "$<TARGET_FILE:${target}>")
-  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_LABELS ${T_LABEL})
+  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_EXES_${key} "$<TARGET_FILE:${target}>")
+  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_LABELS ${key})
 endfunction()
 
 function(fa_add_lesson nn name)
-  cmake_parse_arguments(L "FORWARD_SUITE" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
+  cmake_parse_arguments(L "FORWARD_SUITE;MODEL" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
   set(id ${nn}_${name})
   set(label lesson${nn})
   set(dir ${FA_LESSONS_DIR}/${id})
@@ -88,30 +97,43 @@ function(fa_add_lesson nn name)
   endif()
   file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cpp)
   add_library(${label} STATIC ${srcs})
+  set_property(GLOBAL APPEND PROPERTY FA_BUILT_LESSONS ${nn})  # fa-bench runs every lesson built
   # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
   target_link_libraries(${label} PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
+  target_include_directories(${label} PUBLIC ${dir})  # a lesson's own headers, for its tests
   target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
   set(targets ${label})
 
+  # Up to four test executables: the shared forward suite on the lesson (GPU or not, like the
+  # lesson) and on its CPU model, and the lesson's own CPU and GPU tests.
+  set(src_forward "")
+  set(src_model "")
   if(L_FORWARD_SUITE)
-    fa_add_doctest(test_${label}_forward KIND ${kind} LABEL ${label}
-                   SOURCES ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp
-                   LIBS ${label} fa_reference fa_test_support
-                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
-    list(APPEND targets test_${label}_forward)
+    set(src_forward ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp)
   endif()
-  if(L_CPU_TESTS)
-    fa_add_doctest(test_${label}_cpu KIND cpu LABEL ${label} SOURCES ${L_CPU_TESTS}
-                   LIBS ${label} fa_reference fa_test_support
-                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
-    list(APPEND targets test_${label}_cpu)
+  if(L_MODEL)
+    set(src_model ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp)
   endif()
-  if(L_GPU_TESTS)
-    fa_add_doctest(test_${label}_gpu KIND gpu LABEL ${label} SOURCES ${L_GPU_TESTS}
-                   LIBS ${label} fa_reference fa_test_support
-                   DEFINES FA_LESSON_GETTER=fa_lesson_${nn} FA_LESSON_NUMBER=${nn})
-    list(APPEND targets test_${label}_gpu)
-  endif()
+  set(src_cpu ${L_CPU_TESTS})
+  set(src_gpu ${L_GPU_TESTS})
+  set(kind_forward ${kind})
+  set(kind_model cpu)
+  set(kind_cpu cpu)
+  set(kind_gpu gpu)
+  foreach(part forward model cpu gpu)
+    set(getter fa_lesson_${nn})
+    set(part_arg "")
+    if(part STREQUAL "model")
+      set(getter fa_lesson_${nn}_model)
+      set(part_arg PART model)
+    endif()
+    if(src_${part})
+      fa_add_doctest(test_${label}_${part} KIND ${kind_${part}} LABEL ${label} ${part_arg} SOURCES ${src_${part}}
+                     LIBS ${label} fa_reference fa_test_support
+                     DEFINES FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${nn})
+      list(APPEND targets test_${label}_${part})
+    endif()
+  endforeach()
   if(arch_override)
     set_target_properties(${targets} PROPERTIES CUDA_ARCHITECTURES ${arch_override})
   endif()
@@ -128,10 +150,10 @@ endfunction()
 function(fa_add_manifest_checks)
   get_property(labels GLOBAL PROPERTY FA_MANIFEST_LABELS)
   list(REMOVE_DUPLICATES labels)
-  file(STRINGS ${PROJECT_SOURCE_DIR}/tests/manifest.txt lines REGEX "^[a-z0-9_]+ *\\|")
+  file(STRINGS ${PROJECT_SOURCE_DIR}/tests/manifest.txt lines REGEX "^[a-z0-9_.]+ *\\|")
   set(manifest_labels "")
   foreach(line IN LISTS lines)
-    string(REGEX MATCH "^[a-z0-9_]+" l "${line}")
+    string(REGEX MATCH "^[a-z0-9_.]+" l "${line}")
     list(APPEND manifest_labels ${l})
   endforeach()
   list(REMOVE_DUPLICATES manifest_labels)
@@ -141,7 +163,8 @@ function(fa_add_manifest_checks)
     add_test(NAME ${l}/manifest
              COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${PROJECT_SOURCE_DIR}/tests/manifest.txt
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_manifest.cmake)
-    set_tests_properties(${l}/manifest PROPERTIES LABELS "${l};cpu")
+    string(REGEX REPLACE "\\..*" "" label "${l}")  # lesson04.model -> lesson04
+    set_tests_properties(${l}/manifest PROPERTIES LABELS "${label};cpu")
   endforeach()
 endfunction()
 
@@ -151,7 +174,7 @@ endfunction()
 # rejects that mutant by a numerical failure (exit 1 with a MISMATCH report; a crash, a hang or
 # "not implemented" proves nothing), plus a control run with FA_MUTANT=none that must pass.
 function(fa_add_mutants name)
-  cmake_parse_arguments(M "" "KIND;LESSON;GETTER" "SOURCES;MUTANTS" ${ARGN})
+  cmake_parse_arguments(M "NO_CONTROL" "KIND;LESSON;GETTER" "SOURCES;MUTANTS" ${ARGN})
   set(target mutants_${name})
   add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp ${M_SOURCES}
                  ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
@@ -163,9 +186,59 @@ function(fa_add_mutants name)
   endif()
   target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=${gpu} FA_LESSON_GETTER=${M_GETTER}
                              FA_LESSON_NUMBER=${M_LESSON})
-  foreach(m none ${M_MUTANTS})
-    add_test(NAME mutants/${name}/${m} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m})
-    set_tests_properties(mutants/${name}/${m} PROPERTIES LABELS "mutants;${M_KIND}" SKIP_RETURN_CODE ${FA_SKIP_CODE}
+  set(runs none ${M_MUTANTS})
+  if(M_NO_CONTROL)
+    set(runs ${M_MUTANTS})  # the control is the real lesson's own suite
+  endif()
+  foreach(m IN LISTS runs)
+    set(test_name mutants/${name}/${m})
+    if(m STREQUAL name)
+      set(test_name mutants/${name})
+    endif()
+    add_test(NAME ${test_name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m})
+    set_tests_properties(${test_name} PROPERTIES LABELS "mutants;${M_KIND}" SKIP_RETURN_CODE ${FA_SKIP_CODE}
                          TIMEOUT 600)
+  endforeach()
+endfunction()
+
+# fa_add_patch_mutants(): one test per tests/mutants/*.mutant. fa-mutate applies the mutant's
+# edits to its solution file; the lesson's other sources are used as they are; the shared forward
+# suite is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
+# CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
+# GPU mutants are compiled for one architecture: they only need to run on the GPU at hand.
+function(fa_add_patch_mutants)
+  file(GLOB specs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/mutants/*.mutant)
+  list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
+  foreach(spec IN LISTS specs)
+    get_filename_component(name ${spec} NAME_WE)
+    file(STRINGS ${spec} head LIMIT_COUNT 2 REGEX "^(lesson|file): ")
+    string(REGEX MATCH "lesson: ([0-9][0-9])_[a-z0-9_]+" _ "${head}")
+    set(nn ${CMAKE_MATCH_1})
+    string(REGEX MATCH "lesson: ([0-9a-z_]+)" _ "${head}")
+    set(lesson ${CMAKE_MATCH_1})
+    string(REGEX MATCH "file: ([A-Za-z0-9_.]+)" _ "${head}")
+    set(file ${CMAKE_MATCH_1})
+    if(NOT nn OR NOT file)
+      message(FATAL_ERROR "${spec}: the first two lines must be 'lesson: NN_name' and 'file: <file>'")
+    endif()
+    set(out ${CMAKE_BINARY_DIR}/mutants/${name}/${file})
+    add_custom_command(OUTPUT ${out}
+                       COMMAND fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions ${out}
+                       DEPENDS fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions/${lesson}/${file}
+                       COMMENT "Mutant ${name}")
+    file(GLOB others ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cu ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cpp)
+    list(FILTER others EXCLUDE REGEX "/${file}$")
+    set(getter fa_lesson_${nn})
+    set(kind gpu)
+    if(file STREQUAL "model.cpp")
+      set(getter fa_lesson_${nn}_model)
+      set(kind cpu)
+    endif()
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} ${others} MUTANTS ${name} NO_CONTROL)
+    target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
+    target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
+    if(NOT one_arch STREQUAL "native")
+      set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${one_arch})
+    endif()
   endforeach()
 endfunction()

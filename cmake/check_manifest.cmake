@@ -1,14 +1,25 @@
 # ctest: every test case tests/manifest.txt lists for LABEL must be listed by one of EXES
-# ('|'-separated), and every case they list must be in the manifest.
+# ('|'-separated), and every case they list must be in the manifest. A line "LABEL | @group"
+# stands for every case the manifest lists under "@group | ...".
 # Run as: cmake -DLABEL=lesson00 -DEXES=a|b -DMANIFEST=tests/manifest.txt -P check_manifest.cmake
 cmake_minimum_required(VERSION 3.25)
-file(STRINGS ${MANIFEST} lines REGEX "^${LABEL} *\\|")
-set(want "")
-foreach(line IN LISTS lines)
-  string(REGEX REPLACE "^${LABEL} *\\| *" "" name "${line}")
-  string(STRIP "${name}" name)
-  list(APPEND want "${name}")
-endforeach()
+function(manifest_cases key out)
+  string(REPLACE "." "\\." key_re "${key}")
+  file(STRINGS ${MANIFEST} lines REGEX "^${key_re} *\\|")
+  set(cases "")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^${key_re} *\\| *" "" name "${line}")
+    string(STRIP "${name}" name)
+    if(name MATCHES "^@")
+      manifest_cases("${name}" group)
+      list(APPEND cases ${group})
+    else()
+      list(APPEND cases "${name}")
+    endif()
+  endforeach()
+  set(${out} "${cases}" PARENT_SCOPE)
+endfunction()
+manifest_cases("${LABEL}" want)
 string(REPLACE "|" ";" exes "${EXES}")
 if(NOT exes)
   message(FATAL_ERROR "${LABEL}: the manifest lists test cases but no test executable was registered for it")

@@ -266,7 +266,7 @@ TEST_CASE("skeleton: solution blocks become TODOs") {
       "// Your copy of this lesson, generated from solutions/x.cu by fa-skeleton.\n"
       "int f() {\n"
       "const fa::TodoList kTodosLeft = {\n"
-      "    \"TODO(1): return the \\\"answer\\\".\",\n"
+      "    \"TODO(1) in x.cu: return the \\\"answer\\\".\",\n"
       "};\n"
       "  // TODO(1): return the \"answer\".\n"
       "  //   hint: it is 42\n"

@@ -25,6 +25,12 @@ Requirements core_forward() {
 const Requirements& required_for(int lesson) {
   static const std::map<int, Requirements> table = {
       {0, core_forward()},  // the reference exercise in Eigen
+      {1, core_forward()},  // naive GPU
+      {2, core_forward()},  // online softmax (and its CPU model)
+      {3, core_forward()},  // FA1 loop order (and its CPU model)
+      {4, core_forward()},  // FA2 loop order (and its CPU model)
+      {5, core_forward()},  // exp2
+      {6, core_forward()},  // causal early stop
   };
   const auto it = table.find(lesson);
   if (it == table.end())

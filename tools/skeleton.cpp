@@ -78,7 +78,11 @@ std::string transform(const std::string& solution, const std::string& origin) {
     }
     if (l.find("// @todos-left") != std::string::npos) {
       const std::string indent = l.substr(0, l.find_first_not_of(" \t"));
-      for (const std::string& t : todos) out << indent << '"' << escape(t) << "\",\n";
+      const std::string file = origin.substr(origin.find_last_of('/') + 1);
+      for (const std::string& t : todos) {  // "TODO(1): x" -> "TODO(1) in kernel.cu: x"
+        const size_t colon = t.find(':');
+        out << indent << '"' << escape(t.substr(0, colon) + " in " + file + t.substr(colon)) << "\",\n";
+      }
       list_placed = true;
       continue;
     }

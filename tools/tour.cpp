@@ -38,7 +38,7 @@ int main() {
   std::printf("   %8s %14s %12s %14s\n", "N", "S per head", "x H200 L2", "% of 141 GB");
   for (long n = 1024; n <= 131072; n *= 2) {
     const double bytes = double(n) * n * 2;
-    std::printf("   %8ld %11.1f MB %11.1fx %13.2f%%\n", n, bytes / 1e6, bytes / 50e6, 100.0 * bytes / 141e9);
+    std::printf("   %8ld %11.1f MB %11.2fx %13.2f%%\n", n, bytes / 1e6, bytes / 50e6, 100.0 * bytes / 141e9);
   }
   std::printf("   (batch 1 x 32 heads at N = 128k would need %.0f GB for S alone: FlashAttention never stores it)\n",
               32.0 * 131072.0 * 131072.0 * 2 / 1e9);

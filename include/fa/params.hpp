@@ -101,6 +101,10 @@ struct LessonInfo {
   Features features;
   ForwardFn forward = nullptr;
   BackwardFn backward = nullptr;  // null before lesson 10
+  // fa-bench skips cases with more scores (batch * heads * seqlen_q * seqlen_k) than this (0: no
+  // limit), printing the reason: the naive lessons' N^2 workspace would take tens of GB at 16k.
+  int64_t bench_max_scores = 0;
+  const char* bench_limit_reason = "";
 };
 
 // Errors. Everything the runtime rejects is an fa::Error with a message that names the lesson

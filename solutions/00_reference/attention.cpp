@@ -13,8 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
-#include "fa/half.hpp"
+#include "fa/host_tensor.hpp"
 #include "fa/params.hpp"
 
 namespace {
@@ -29,19 +30,18 @@ const fa::TodoList kTodosLeft = {
     // @todos-left
 };
 
-// Provided: copy one (rows x dim) head of a 16-bit tensor into fp64, and back.
+// Provided: one (rows x dim) head of a 16-bit tensor in fp64, and back (fa/host_tensor.hpp).
 Mat load_head(const void* base, const fa::Strides& st, int b, int h, int rows, int dim, fa::DType t) {
-  const auto* x = static_cast<const uint16_t*>(base) + b * st.batch + h * st.head;
-  Mat m(rows, dim);
-  for (int i = 0; i < rows; ++i)
-    for (int d = 0; d < dim; ++d) m(i, d) = fa::from_storage(t, x[i * st.row + d]);
-  return m;
+  const std::vector<float> x = fa::read_head(base, st, t, b, h, rows, dim);
+  return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.data(), rows, dim)
+      .cast<double>();
 }
 
 void store_head(const Mat& m, void* base, const fa::Strides& st, int b, int h, fa::DType t) {
-  auto* x = static_cast<uint16_t*>(base) + b * st.batch + h * st.head;
-  for (int i = 0; i < m.rows(); ++i)
-    for (int d = 0; d < m.cols(); ++d) x[i * st.row + d] = fa::to_storage(t, m(i, d));
+  std::vector<float> x(m.size());
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.data(), m.rows(), m.cols()) =
+      m.cast<float>();
+  fa::write_head(x, base, st, t, b, h, static_cast<int>(m.rows()), static_cast<int>(m.cols()));
 }
 
 // Attention for one (batch, head): Q is (sq x d), K and V are (sk x d). Writes O (sq x d) and
@@ -102,7 +102,7 @@ void forward(const fa::AttnParams& p, cudaStream_t /*stream: host lesson*/) {
       naive_attention(Q, K, V, p.scale, p.causal, O, lse);
       store_head(O, p.o, p.o_stride, b, h, p.dtype);
       for (int i = 0; i < p.seqlen_q; ++i)
-        p.lse[(static_cast<size_t>(b) * p.heads_q + h) * p.seqlen_q + i] = static_cast<float>(lse(i));
+        p.lse[fa::lse_index(p, b, h, i)] = static_cast<float>(lse(i));
     }
 }
 

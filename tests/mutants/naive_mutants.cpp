@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fa/half.hpp"
+#include "fa/host_tensor.hpp"
 #include "fa/params.hpp"
 
 namespace {
@@ -49,15 +50,6 @@ Mutant chosen() {
   throw std::invalid_argument("unknown FA_MUTANT " + m);
 }
 
-// One (rows x head_dim) head of a 16-bit tensor, in fp32 as a kernel would hold it.
-std::vector<float> load_head(const fa::AttnParams& p, const void* base, const fa::Strides& s, int b, int h, int rows) {
-  const auto* x = static_cast<const uint16_t*>(base) + b * s.batch + h * s.head;
-  std::vector<float> out(size_t(rows) * p.head_dim);
-  for (int i = 0; i < rows; ++i)
-    for (int d = 0; d < p.head_dim; ++d) out[size_t(i) * p.head_dim + d] = static_cast<float>(fa::from_storage(p.dtype, x[i * s.row + d]));
-  return out;
-}
-
 void forward(const fa::AttnParams& p, cudaStream_t) {
   const Mutant mut = chosen();
   constexpr int kTile = 64;
@@ -67,9 +59,9 @@ void forward(const fa::AttnParams& p, cudaStream_t) {
   for (int b = 0; b < p.batch; ++b)
     for (int h = 0; h < p.heads_q; ++h) {
       const int hk = mut == Mutant::kWrongHeadOffset ? 0 : h / group;
-      const std::vector<float> Q = load_head(p, p.q, p.q_stride, b, h, p.seqlen_q);
-      const std::vector<float> K = load_head(p, p.k, p.k_stride, b, hk, p.seqlen_k);
-      const std::vector<float> V = load_head(p, p.v, p.v_stride, b, hk, p.seqlen_k);
+      const std::vector<float> Q = fa::read_head(p.q, p.q_stride, p.dtype, b, h, p.seqlen_q, p.head_dim);
+      const std::vector<float> K = fa::read_head(p.k, p.k_stride, p.dtype, b, hk, p.seqlen_k, p.head_dim);
+      const std::vector<float> V = fa::read_head(p.v, p.v_stride, p.dtype, b, hk, p.seqlen_k, p.head_dim);
       for (int i = 0; i < p.seqlen_q; ++i) {
         int nk = p.seqlen_k;
         if (mut == Mutant::kDropsTailTile) nk = nk / kTile * kTile;

@@ -1,0 +1,50 @@
+// Small device helpers shared by the GPU lessons: storage types, dtype dispatch, warp reductions.
+// Only what every lesson needs and none of them teaches; the lesson kernels are written out in full.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "fa/params.hpp"
+
+namespace fa {
+
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) = exp2(x * kLog2e)
+constexpr float kNegInf = -INFINITY;
+
+template <class T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Reductions over groups of `width` consecutive lanes (a power of two, at most 32).
+template <int width = 32> __device__ __forceinline__ float group_max(float x) {
+#pragma unroll
+  for (int o = width / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o, width));
+  return x;
+}
+template <int width = 32> __device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int o = width / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o, width);
+  return x;
+}
+
+}  // namespace fa
+
+// Runs `...` with `T` bound to the storage type of `dtype` (__half or __nv_bfloat16).
+#define FA_DISPATCH_DTYPE(dtype, T, ...)       \
+  do {                                         \
+    if ((dtype) == ::fa::DType::kF16) {        \
+      using T = __half;                        \
+      __VA_ARGS__;                             \
+    } else {                                   \
+      using T = __nv_bfloat16;                 \
+      __VA_ARGS__;                             \
+    }                                          \
+  } while (0)
