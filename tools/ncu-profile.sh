@@ -24,12 +24,13 @@ ncu --clock-control none -f -o "$report" --metrics "$metrics" --kernel-name "reg
 echo "report: $report.ncu-rep (open it in Nsight Compute); fa-bench said:"
 grep -E "ok \(validated|WRONG|ERROR" "$outdir/$name.log" | sed 's/^/  /'
 # One row per kernel launch: its name (without template arguments) and each metric.
-ncu --import "$report.ncu-rep" --csv --page raw --metrics "$metrics" 2> /dev/null |
+ncu --import "$report.ncu-rep" --csv --page raw --print-units base --print-kernel-base function --metrics "$metrics" 2> /dev/null | tee "$report.csv" |
   awk -v metrics="$metrics" -F'","' '
     function field(i,   v) { v = $i; gsub(/"/, "", v); return v }
-    NR == 1 { for (i = 1; i <= NF; i++) col[field(i)] = i; n = split(metrics, m, ",");
+    NR == 1 { for (i = 1; i <= NF; i++) { h = field(i); col[h] = i; if (h ~ /^(Kernel|Function) Name$/) name_col = i }
+              n = split(metrics, m, ",");
               printf "%-4s %-28s", "#", "kernel"; for (k = 1; k <= n; k++) printf " %24s", m[k]; printf "\n"; next }
     NR == 2 { next }  # units
-    { kn = field(col["Kernel Name"]); sub(/^void /, "", kn); gsub(/\(anonymous namespace\)::/, "", kn);
+    { kn = name_col ? field(name_col) : "?"; sub(/^void /, "", kn); gsub(/\(anonymous namespace\)::/, "", kn);
       sub(/[<(].*/, "", kn); sub(/.*::/, "", kn);
       printf "%-4d %-28s", NR - 2, kn; for (k = 1; k <= n; k++) printf " %24s", field(col[m[k]]); printf "\n" }'
