@@ -29,14 +29,10 @@ function(fa_add_doctest target)
     set(prefix "${T_LABEL}/${T_PART}/")
     set(key "${T_LABEL}.${T_PART}")
   endif()
-  add_executable(${target} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
-  target_link_libraries(${target} PRIVATE doctest::doctest fa_runtime ${T_LIBS})
+  add_executable(${target} ${T_SOURCES})
+  target_link_libraries(${target} PRIVATE fa_test_main_${T_KIND} doctest::doctest fa_runtime ${T_LIBS})
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  if(T_KIND STREQUAL "gpu")
-    target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=1 ${T_DEFINES})
-  else()
-    target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=0 ${T_DEFINES})
-  endif()
+  target_compile_definitions(${target} PRIVATE ${T_DEFINES})
   doctest_discover_tests(${target} TEST_PREFIX "${prefix}" TEST_LIST ${target}_TESTS
                          PROPERTIES SKIP_RETURN_CODE ${FA_SKIP_CODE} TIMEOUT 600)
   # doctest_discover_tests resets LABELS, so set ours in a file ctest reads after its list.
@@ -106,16 +102,27 @@ function(fa_add_lesson nn name)
 
   # Up to four test executables: the shared forward suite on the lesson (GPU or not, like the
   # lesson) and on its CPU model, and the lesson's own CPU and GPU tests.
+  set(binding ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp)
   set(src_forward "")
   set(src_model "")
   if(L_FORWARD_SUITE)
-    set(src_forward ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp)
+    set(src_forward ${binding})
   endif()
   if(L_MODEL)
-    set(src_model ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp)
+    set(src_model ${binding})
   endif()
-  set(src_cpu ${L_CPU_TESTS})
-  set(src_gpu ${L_GPU_TESTS})
+  set(libs_forward fa_forward_suite)
+  set(libs_model fa_forward_suite)
+  set(libs_cpu "")
+  set(libs_gpu "")
+  set(src_cpu ${L_CPU_TESTS} ${binding})
+  set(src_gpu ${L_GPU_TESTS} ${binding})
+  if(NOT L_CPU_TESTS)
+    set(src_cpu "")
+  endif()
+  if(NOT L_GPU_TESTS)
+    set(src_gpu "")
+  endif()
   set(kind_forward ${kind})
   set(kind_model cpu)
   set(kind_cpu cpu)
@@ -129,7 +136,7 @@ function(fa_add_lesson nn name)
     endif()
     if(src_${part})
       fa_add_doctest(test_${label}_${part} KIND ${kind_${part}} LABEL ${label} ${part_arg} SOURCES ${src_${part}}
-                     LIBS ${label} fa_reference fa_test_support
+                     LIBS ${label} fa_reference fa_test_support ${libs_${part}}
                      DEFINES FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${nn})
       list(APPEND targets test_${label}_${part})
     endif()
@@ -176,16 +183,15 @@ endfunction()
 function(fa_add_mutants name)
   cmake_parse_arguments(M "NO_CONTROL" "KIND;LESSON;GETTER" "SOURCES;MUTANTS" ${ARGN})
   set(target mutants_${name})
-  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/forward_suite.cpp ${M_SOURCES}
-                 ${PROJECT_SOURCE_DIR}/tests/test_main.cpp)
-  target_link_libraries(${target} PRIVATE doctest::doctest fa_runtime fa_reference fa_test_support)
-  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  set(gpu 0)
+  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp ${M_SOURCES})
+  set(kind cpu)
   if(M_KIND STREQUAL "gpu")
-    set(gpu 1)
+    set(kind gpu)
   endif()
-  target_compile_definitions(${target} PRIVATE FA_GPU_TESTS=${gpu} FA_LESSON_GETTER=${M_GETTER}
-                             FA_LESSON_NUMBER=${M_LESSON})
+  target_link_libraries(${target} PRIVATE fa_forward_suite fa_test_main_${kind} doctest::doctest fa_runtime
+                        fa_reference fa_test_support)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_definitions(${target} PRIVATE FA_LESSON_GETTER=${M_GETTER} FA_LESSON_NUMBER=${M_LESSON})
   set(runs none ${M_MUTANTS})
   if(M_NO_CONTROL)
     set(runs ${M_MUTANTS})  # the control is the real lesson's own suite
@@ -202,7 +208,7 @@ function(fa_add_mutants name)
 endfunction()
 
 # fa_add_patch_mutants(): one test per tests/mutants/*.mutant. fa-mutate applies the mutant's
-# edits to its solution file; the lesson's other sources are used as they are; the shared forward
+# edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
 # suite is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
 # CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
 # GPU mutants are compiled for one architecture: they only need to run on the GPU at hand.
@@ -226,15 +232,14 @@ function(fa_add_patch_mutants)
                        COMMAND fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions ${out}
                        DEPENDS fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions/${lesson}/${file}
                        COMMENT "Mutant ${name}")
-    file(GLOB others ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cu ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cpp)
-    list(FILTER others EXCLUDE REGEX "/${file}$")
     set(getter fa_lesson_${nn})
     set(kind gpu)
     if(file STREQUAL "model.cpp")
       set(getter fa_lesson_${nn}_model)
       set(kind cpu)
     endif()
-    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} ${others} MUTANTS ${name} NO_CONTROL)
+    # The mutated file alone: a kernel.cu holds its lesson's GPU entry point, a model.cpp its model.
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} MUTANTS ${name} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(NOT one_arch STREQUAL "native")

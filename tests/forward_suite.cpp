@@ -1,6 +1,5 @@
-// The shared forward suite: every forward lesson is compiled against this file (fa_add_lesson
-// FORWARD_SUITE), with FA_LESSON_GETTER naming the lesson's descriptor and FA_LESSON_NUMBER its
-// requirements. Every run poisons the outputs with NaN, surrounds every buffer with guard regions,
+// The shared forward suite: compiled once and linked into every forward lesson's test executable
+// (fa_add_lesson FORWARD_SUITE), which tests/lesson_binding.cpp binds to its lesson. Every run poisons the outputs with NaN, surrounds every buffer with guard regions,
 // checks the inputs come back unchanged, and compares O and the LSE with the fp64 reference on the
 // same rounded inputs (fa/compare.hpp holds the tolerance and its reason).
 #include <doctest/doctest.h>
@@ -10,20 +9,14 @@
 #include "fa/params.hpp"
 #include "check.hpp"
 
-#if !defined(FA_LESSON_GETTER) || !defined(FA_LESSON_NUMBER)
-#error "FA_LESSON_GETTER and FA_LESSON_NUMBER are set by fa_add_lesson"
-#endif
-
-const fa::LessonInfo& FA_LESSON_GETTER();
-
 namespace {
 
 using fa::DType;
 using fa::test::Case;
 using fa::test::Pattern;
 
-const fa::LessonInfo& lesson() { return FA_LESSON_GETTER(); }
-const fa::test::Requirements& req() { return fa::test::required_for(FA_LESSON_NUMBER); }
+const fa::LessonInfo& lesson() { return fa::test::lesson_under_test(); }
+const fa::test::Requirements& req() { return fa::test::required_for(fa::test::lesson_number()); }
 
 // The head dims to run: the required ones, then any other the lesson declares among a few probes.
 std::vector<int> head_dims() {

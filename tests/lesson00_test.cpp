@@ -7,8 +7,7 @@
 
 #include "fa/half.hpp"
 #include "fa/params.hpp"
-
-const fa::LessonInfo& FA_LESSON_GETTER();
+#include "support.hpp"
 
 TEST_CASE("lesson00: the README worked example") {
   // Q, K, V are (3 x 2), one batch and head, scale 1/sqrt(2); every input is exact in fp16.
@@ -40,7 +39,7 @@ TEST_CASE("lesson00: the README worked example") {
     p.lse = lse.data();
     fa::set_contiguous_strides(p);
     try {
-      fa::run_forward(FA_LESSON_GETTER(), p);
+      fa::run_forward(fa::test::lesson_under_test(), p);
     } catch (const fa::NotImplemented& e) {
       FAIL(std::string(e.what()));
     }

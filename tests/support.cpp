@@ -271,8 +271,7 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
     const std::vector<std::string> names_o{"b", "h", c.sample_rows.empty() ? "i" : "sampled row", "d"};
     const CompareReport ro = compare("O", o, want.o, otol, dims_o, names_o);
     const CompareReport rl = compare("LSE", lse, want.lse, ltol, dims_l, {names_o[0], names_o[1], names_o[2]});
-    Outcome out{ro.ok && rl.ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text};
-    return out;
+    return Outcome{ro.ok && rl.ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text, ro.max_abs_err};
   });
 }
 

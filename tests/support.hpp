@@ -44,6 +44,7 @@ struct Outcome {
   bool ok = true;
   bool not_implemented = false;  // the lesson threw NotImplemented: stop this test case
   std::string text;
+  double max_abs_err = 0;  // of O, over the compared elements (check_forward)
 };
 
 // Runs the lesson once on fresh inputs and compares O and LSE with the reference.
@@ -54,6 +55,10 @@ Outcome check_deterministic(const LessonInfo& lesson, const Case& c);
 // the lesson and contains `expect`, and must not write the (poisoned) outputs.
 Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::function<void(AttnParams&)>& break_it,
                        const std::string& expect);
+
+// The lesson a test executable tests (tests/lesson_binding.cpp, compiled per executable).
+const LessonInfo& lesson_under_test();
+int lesson_number();
 
 // What each lesson must support, written here and not taken from the lesson (tests/requirements.cpp).
 struct Requirements {

@@ -162,8 +162,12 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     row.status = "skipped: a CPU lesson";
     return row;
   }
-  if (lesson.bench_max_scores > 0 && int64_t(row.batch) * row.heads * seqlen * seqlen > lesson.bench_max_scores) {
-    row.status = std::string("skipped: ") + lesson.bench_limit_reason;
+  const int64_t scores = int64_t(row.batch) * row.heads * seqlen * seqlen;
+  if (lesson.bench_max_scores > 0 && scores > lesson.bench_max_scores) {
+    char gb[32];
+    std::snprintf(gb, sizeof gb, "%.1f", scores * 4.0 / 1e9);
+    row.status = std::string("skipped: ") + std::to_string(scores) + " scores (" + gb + " GB of fp32 S); " +
+                 lesson.bench_limit_reason;
     return row;
   }
   fa::AttnParams p;

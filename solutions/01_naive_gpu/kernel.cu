@@ -7,7 +7,8 @@
 // Why: it is the baseline every later lesson is measured against. S and P are
 // batch * heads * seqlen_q * seqlen_k floats that go to HBM and back, so its bytes grow as N^2
 // (profile.sh shows it), and at N = 16k with 32 heads S alone is 34 GB.
-// Measured on the H200: see solutions/01_naive_gpu/ANSWERS.md and plots/.
+// Measured on the H200 (fa-bench, fp16, 16k tokens x 2048 wide): about 1.4-1.5 TFLOP/s at every N,
+// 2.4% of the FP32 FMA ceiling; the softmax reads 3 x 64 MiB of S at N = 4096 (one head).
 // Build, test, profile:
 //   cmake --workflow --preset student      (or: ctest --preset student -L lesson01)
 //   lessons/01_naive_gpu/profile.sh
@@ -138,7 +139,7 @@ const fa::LessonInfo& fa_lesson_01() {
     l.features.index64 = true;  // offsets in int64 (strides are int64_t)
     l.forward = &forward;
     l.bench_max_scores = int64_t(1) << 31;  // 8 GB of fp32 S: 32 heads at 8k
-    l.bench_limit_reason = "S would take 34 GB of HBM at 16k with 32 heads (this lesson stops at 2^31 scores)";
+    l.bench_limit_reason = "this lesson keeps S in HBM and stops at 2^31 scores";
     return l;
   }();
   return info;
