@@ -145,6 +145,10 @@ function(fa_add_lesson nn name)
     set_target_properties(${targets} PROPERTIES CUDA_ARCHITECTURES ${arch_override})
   endif()
 
+  # One target a student builds and runs a lesson with: cmake --build --preset student --target check-lessonNN
+  add_custom_target(check-${label} COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${CMAKE_BINARY_DIR} -L ${label} --output-on-failure
+                    DEPENDS ${targets} USES_TERMINAL COMMENT "Testing lesson ${id}")
+
   # The student's library must not call the answer: no undefined fa::ref:: symbol in it.
   add_test(NAME ${label}/links_without_reference
            COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DLIB=$<TARGET_FILE:${label}>

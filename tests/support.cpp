@@ -46,6 +46,8 @@ ref::Problem Case::problem() const {
 
 namespace {
 
+constexpr double kLog2eHost = 1.4426950408889634;
+
 size_t at(int b, int h, int s, int d, int heads, int seqlen, int dim) {
   return ((size_t(b) * heads + h) * seqlen + s) * dim + d;
 }
@@ -151,6 +153,87 @@ bool all_bytes(const Buffer& b, uint8_t value) {
   for (uint8_t x : bytes)
     if (x != value) return false;
   return true;
+}
+
+// When O or the LSE is wrong, look for the patterns a few classic bugs leave and say so.
+std::string hints(const Case& c, const std::vector<double>& o, const std::vector<double>& want_o,
+                  const std::vector<double>& lse, const std::vector<double>& want_lse, const Tolerance& tol) {
+  const int rows = static_cast<int>(want_lse.size()), d = c.head_dim, sq = c.seqlen_q;
+  std::vector<char> bad_row(rows, 0);
+  for (int r = 0; r < rows; ++r)
+    for (int x = 0; x < d; ++x) {
+      const double g = o[size_t(r) * d + x], w = want_o[size_t(r) * d + x];
+      if (std::isnan(g) || std::fabs(g - w) > tol.atol + tol.rtol * std::fabs(w)) bad_row[r] = 1;
+    }
+  std::vector<std::string> out;
+  int masked = 0, masked_nan = 0, nan_rows = 0;
+  for (int r = 0; r < rows; ++r) {
+    bool row_nan = std::isnan(lse[r]);
+    for (int x = 0; x < d && !row_nan; ++x) row_nan = std::isnan(o[size_t(r) * d + x]);
+    nan_rows += row_nan;
+    if (std::isinf(want_lse[r])) {
+      ++masked;
+      masked_nan += row_nan;
+    }
+  }
+  if (masked > 0 && masked_nan == masked && nan_rows == masked)
+    out.push_back("only the rows that see no key are NaN: guard m = -inf before exp(m - m_new) (-inf - -inf is NaN)");
+  if (nan_rows > 0 && c.pattern == Pattern::kLargePositive)
+    out.push_back("NaN or inf with logits around +80: subtract the running max before exp (exp(89) overflows fp32)");
+  if (c.pattern == Pattern::kLargeNegative && nan_rows == 0) {
+    int zero_rows = 0;
+    for (int r = 0; r < rows; ++r) zero_rows += bad_row[r] && std::isinf(lse[r]);
+    if (zero_rows > 0) out.push_back("rows with logits around -150 look empty: does the running max start at 0 instead of -inf?");
+  }
+  // LSE in base 2: LSE ~ log2(e) * the natural one on most finite rows.
+  int base2 = 0, finite = 0;
+  for (int r = 0; r < rows; ++r)
+    if (std::isfinite(want_lse[r]) && std::fabs(want_lse[r]) > 0.5) {
+      ++finite;
+      base2 += std::fabs(lse[r] / want_lse[r] - kLog2eHost) < 1e-3;
+    }
+  if (finite > 0 && base2 > finite / 2) out.push_back("the LSE is log2(e) times too large: it looks like base 2; multiply by ln(2)");
+  // A constant factor per row: the division by l, or a rescale, went missing.
+  int scaled = 0, checked = 0;
+  for (int r = 0; r < rows; ++r) {
+    if (!bad_row[r] || std::isinf(want_lse[r])) continue;
+    double ratio = 0;
+    bool same = true;
+    for (int x = 0; x < d && same; ++x) {
+      const double g = o[size_t(r) * d + x], w = want_o[size_t(r) * d + x];
+      if (std::fabs(w) < 0.05) continue;
+      const double q = g / w;
+      if (ratio == 0) ratio = q;
+      same = std::fabs(q - ratio) < 0.02 * std::fabs(ratio);
+    }
+    ++checked;
+    scaled += same && ratio != 0 && std::fabs(ratio - 1) > 0.01;
+  }
+  if (checked > 0 && scaled == checked) out.push_back("each wrong row of O is the right row times a constant: check the division by l (once, at the end)");
+  // Only the last partial tile of query rows.
+  int first_bad = -1;
+  for (int r = 0; r < rows && first_bad < 0; ++r)
+    if (bad_row[r]) first_bad = r % sq;
+  bool only_tail = first_bad > 0 && c.sample_rows.empty();
+  for (int r = 0; r < rows && only_tail; ++r) only_tail = !bad_row[r] || (r % sq) >= first_bad;
+  for (int t : {16, 32, 64, 128})
+    if (only_tail && sq % t != 0 && first_bad == sq / t * t) {
+      out.push_back("only the last partial tile of query rows (from row " + std::to_string(first_bad) +
+                    ") is wrong: check the tail guard on rows");
+      break;
+    }
+  // Only heads other than the first.
+  if (c.batch * c.heads_q > 1 && c.sample_rows.empty()) {
+    bool first_ok = true, other_bad = false;
+    for (int r = 0; r < rows; ++r) {
+      if (r < sq) first_ok = first_ok && !bad_row[r];
+      else other_bad = other_bad || bad_row[r];
+    }
+    if (first_ok && other_bad) out.push_back("batch 0, head 0 is right but other heads are not: check the batch and head offsets");
+  }
+  std::string text;
+  for (const auto& h : out) text += "\n  hint: " + h;
+  return text;
 }
 
 Outcome fail(const Case& c, const std::string& what) { return {false, false, c.describe() + "\n  " + what}; }
@@ -271,7 +354,10 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
     const std::vector<std::string> names_o{"b", "h", c.sample_rows.empty() ? "i" : "sampled row", "d"};
     const CompareReport ro = compare("O", o, want.o, otol, dims_o, names_o);
     const CompareReport rl = compare("LSE", lse, want.lse, ltol, dims_l, {names_o[0], names_o[1], names_o[2]});
-    return Outcome{ro.ok && rl.ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text, ro.max_abs_err};
+    const bool ok = ro.ok && rl.ok;
+    return Outcome{ok, false,
+                   c.describe() + "\n  " + ro.text + "\n  " + rl.text + (ok ? "" : hints(c, o, want.o, lse, want.lse, otol)),
+                   ro.max_abs_err};
   });
 }
 
