@@ -30,6 +30,18 @@ void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
   throw NotImplemented(os.str());
 }
 
+LessonInfo cpu_model(const char* id, const char* title, ForwardFn forward) {
+  LessonInfo l;
+  l.id = id;
+  l.title = title;
+  l.memory = Memory::kHost;
+  l.features.fp16 = l.features.bf16 = true;
+  l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
+  l.features.index64 = true;  // host code indexes with size_t and int64 strides
+  l.forward = forward;
+  return l;
+}
+
 void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream) {
   validate_forward(lesson, p);
   if (lesson.forward == nullptr)

@@ -116,7 +116,6 @@ double median(std::vector<double> v) {
 // inputs. Returns "" when they match, else the comparison's report.
 std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
                           const fa::Buffer& o, const fa::Buffer& lse, int b, int h, double* max_err) {
-  const size_t per_head = size_t(p.seqlen_q) * p.head_dim;
   const size_t head = size_t(b) * p.heads_q + h;
   auto head_values = [&](const fa::Buffer& buf, size_t index, int rows) {
     std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
@@ -146,7 +145,6 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
     got_lse.push_back(lse_all[r]);
     for (int d = 0; d < p.head_dim; ++d) got_o.push_back(o_all[size_t(r) * p.head_dim + d]);
   }
-  (void)per_head;
   const int n = static_cast<int>(rows.size());
   const fa::CompareReport ro = fa::compare("O", got_o, want.o, fa::output_tolerance(p.dtype), {n, p.head_dim}, {"sampled row", "d"});
   const fa::CompareReport rl = fa::compare("LSE", got_lse, want.lse, fa::lse_tolerance(), {n}, {"sampled row"});

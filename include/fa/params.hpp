@@ -107,6 +107,10 @@ struct LessonInfo {
   const char* bench_limit_reason = "";
 };
 
+// The descriptor of a CPU model of a kernel (lessons 02-04 and the tests' mutant model): host
+// memory, fp16 and bf16, any head dim, causal, seqlen_q != seqlen_k, GQA, any strides.
+LessonInfo cpu_model(const char* id, const char* title, ForwardFn forward);
+
 // Errors. Everything the runtime rejects is an fa::Error with a message that names the lesson
 // and the problem; CUDA failures are CudaError with file:line.
 struct Error : std::runtime_error {

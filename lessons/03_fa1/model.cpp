@@ -81,16 +81,6 @@ void model_forward(const fa::AttnParams& p, cudaStream_t) {
 }  // namespace
 
 const fa::LessonInfo& fa_lesson_03_model() {
-  static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "03_fa1";
-    l.title = "FA1 loop order, CPU model";
-    l.memory = fa::Memory::kHost;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
-    l.forward = &model_forward;
-    return l;
-  }();
+  static const fa::LessonInfo info = fa::cpu_model("03_fa1", "FA1 loop order, CPU model", &model_forward);
   return info;
 }

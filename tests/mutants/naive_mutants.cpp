@@ -102,16 +102,7 @@ void forward(const fa::AttnParams& p, cudaStream_t) {
 }  // namespace
 
 const fa::LessonInfo& fa_mutant_naive() {
-  static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "mutant_naive";
-    l.title = "naive fp32 model with one bug chosen by FA_MUTANT";
-    l.memory = fa::Memory::kHost;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
-    l.forward = &forward;
-    return l;
-  }();
+  static const fa::LessonInfo info =
+      fa::cpu_model("mutant_naive", "naive fp32 model with one bug chosen by FA_MUTANT", &forward);
   return info;
 }
