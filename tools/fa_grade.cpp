@@ -7,10 +7,11 @@
 // prefix; a test executable that failed to build shows up as test_lessonNN_..._NOT_BUILT and
 // makes the lesson score 0), and prints a table: points per lesson from the points file, times the
 // share of the lesson's tests that passed. Tests that did not run (skipped: GPU tests without a
-// GPU) are left out of the share and reported. Three tests are gates, not points: a lesson that
-// does not compile, whose registered tests differ from the manifest, or that calls the reference
-// scores 0. A lesson whose every failure says "not implemented yet" is "not started" and scores 0
-// (its skeleton passes the checks of the code it was given, which earn nothing). --perf adds performance points from two fa-bench CSVs of the same GPU
+// GPU) are left out of the share and reported. Some tests are gates, not points: a lesson that
+// does not compile, whose registered tests differ from the manifest, that calls the reference, or
+// that fails the checks of the code a skeleton is given (declared features, bad input rejected)
+// scores 0; passing them earns nothing, so a skeleton scores 0. A lesson with no test passed and
+// every failure "not implemented yet" is "not started". --perf adds performance points from two fa-bench CSVs of the same GPU
 // (the rule is in tests/grading.txt). --progress prints the same table as a student's progress,
 // without points. Writes summary.json (for an LMS) and junit.xml into --out.
 #include <algorithm>
@@ -38,7 +39,7 @@ struct Lesson {
   std::string perf_note;
   double score() const {
     const int counted = passed + failed;
-    if (!broken.empty() || counted == 0 || status() == "not started") return 0.0;
+    if (!broken.empty() || counted == 0) return 0.0;
     return points * passed / counted;
   }
   double perf_score() const {
@@ -49,7 +50,7 @@ struct Lesson {
     if (!broken.empty()) return "broken: " + broken;
     if (passed + failed == 0) return skipped ? "needs a GPU" : "no tests";
     if (failed == 0) return skipped ? "passing (CPU parts)" : "passing";
-    if (not_implemented == failed && passed <= failed) return "not started";
+    if (passed == 0 && not_implemented == failed) return "not started";
     return "failing";
   }
 };
@@ -147,9 +148,15 @@ int main(int argc, char** argv) {
     else continue;
     Lesson& l = lessons[label];
     // Gates, not points: the lesson must build, register its tests and not call the reference.
+    // So are the two checks of the code a skeleton is given (the features it declares, the bad input
+    // it rejects before launching): failing them breaks the lesson, passing them earns nothing.
     const bool not_built = name.find("NOT_BUILT") != std::string::npos;
-    const bool gate = not_built || name.size() > 9 && (name.compare(name.size() - 9, 9, "/manifest") == 0 ||
-                                                       name.find("/links_without_reference") != std::string::npos);
+    auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool gate = not_built || ends_with("/manifest") || ends_with("/links_without_reference") ||
+                      ends_with("forward: declares the required features") ||
+                      ends_with("forward: bad input rejected before launch");
     if (gate) {
       if (not_built) l.broken = "does not compile";  // ctest cannot even start it: never "run"
       else if (status != "run" && status != "notrun" && l.broken.empty()) l.broken = name.substr(name.find('/') + 1) + " failed";
