@@ -16,7 +16,7 @@
 
 namespace {
 
-constexpr int kBr = 64;  // query rows per tile (the kernel's rows per block)
+constexpr int kBr = 64;  // query rows per tile (a block of the GPU kernel holds 32; any size works)
 constexpr int kBc = 64;  // keys per K/V tile
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
