@@ -107,6 +107,20 @@ struct Row {
   double ms = 0, tflops = 0, pct = 0, max_err = 0;
 };
 
+// The reference's description of the call `p` (one shape for every head: the bench's q, k, v).
+fa::ref::Problem ref_problem(const fa::AttnParams& p) {
+  fa::ref::Problem prob;
+  prob.batch = p.batch;
+  prob.heads_q = p.heads_q;
+  prob.heads_kv = p.heads_kv;
+  prob.seqlen_q = p.seqlen_q;
+  prob.seqlen_k = p.seqlen_k;
+  prob.head_dim = p.head_dim;
+  prob.causal = p.causal;
+  prob.scale = p.scale;
+  return prob;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -125,12 +139,8 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
     for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
     return out;
   };
-  fa::ref::Problem prob;
-  prob.seqlen_q = p.seqlen_q;
-  prob.seqlen_k = p.seqlen_k;
-  prob.head_dim = p.head_dim;
-  prob.causal = p.causal;
-  prob.scale = p.scale;
+  fa::ref::Problem prob = ref_problem(p);
+  prob.batch = prob.heads_q = prob.heads_kv = 1;  // the one head (b, h) copied out below
   fa::ref::Inputs in{head_values(q, head, p.seqlen_q), head_values(k, head, p.seqlen_k), head_values(v, head, p.seqlen_k), {}};
   fa::Rng rng(fa::seed_for("fa-bench rows"));
   std::vector<int> rows = {0, 1, p.seqlen_q / 2, p.seqlen_q - 1};
@@ -225,13 +235,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     row.ms = median(ms);
-    fa::ref::Problem prob;
-    prob.batch = p.batch;
-    prob.heads_q = prob.heads_kv = p.heads_q;
-    prob.seqlen_q = prob.seqlen_k = seqlen;
-    prob.head_dim = d;
-    prob.causal = p.causal;
-    const double flops = 4.0 * d * fa::ref::visible_pairs(prob);
+    const double flops = 4.0 * d * fa::ref::visible_pairs(ref_problem(p));
     row.tflops = flops / (row.ms * 1e-3) / 1e12;
     row.pct = 100.0 * row.tflops / ceiling;
   } catch (const fa::Error& e) {
