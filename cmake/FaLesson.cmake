@@ -103,6 +103,7 @@ function(fa_add_lesson nn name)
   # Up to four test executables: the shared forward suite on the lesson (GPU or not, like the
   # lesson) and on its CPU model, and the lesson's own CPU and GPU tests.
   set(binding ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp)
+  string(REGEX REPLACE "^0+([0-9])" "\\1" number "${nn}")  # "08" would be an octal literal in C++
   set(src_forward "")
   set(src_model "")
   if(L_FORWARD_SUITE)
@@ -137,7 +138,7 @@ function(fa_add_lesson nn name)
     if(src_${part})
       fa_add_doctest(test_${label}_${part} KIND ${kind_${part}} LABEL ${label} ${part_arg} SOURCES ${src_${part}}
                      LIBS ${label} fa_reference fa_test_support ${libs_${part}}
-                     DEFINES FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${nn})
+                     DEFINES FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${number})
       list(APPEND targets test_${label}_${part})
     endif()
   endforeach()
@@ -195,7 +196,8 @@ function(fa_add_mutants name)
   target_link_libraries(${target} PRIVATE fa_forward_suite fa_test_main_${kind} doctest::doctest fa_runtime
                         fa_reference fa_test_support)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  target_compile_definitions(${target} PRIVATE FA_LESSON_GETTER=${M_GETTER} FA_LESSON_NUMBER=${M_LESSON})
+  string(REGEX REPLACE "^0+([0-9])" "\\1" number "${M_LESSON}")  # "08" would be an octal literal
+  target_compile_definitions(${target} PRIVATE FA_LESSON_GETTER=${M_GETTER} FA_LESSON_NUMBER=${number})
   set(runs none ${M_MUTANTS})
   if(M_NO_CONTROL)
     set(runs ${M_MUTANTS})  # the control is the real lesson's own suite

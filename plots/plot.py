@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Turns fa-bench CSVs into figures and a results table.
+"""Turns fa-bench CSVs (and plots/peers.py's, same schema) into figures and results tables.
 
-    python3 plots/plot.py              # the course's CSVs (plots/h200_*.csv): writes
-                                       # plots/<gpu>_tflops.png and rewrites README.md's table
-    python3 plots/plot.py mine.csv     # your CSVs: writes mine_tflops.png beside the first one and
-                                       # prints the table; README.md is left alone
+    python3 plots/plot.py              # the course's CSVs (plots/h200_*.csv): writes one figure per
+                                       # (head_dim, causal), plots/<gpu>_d128_causal.png and so on,
+                                       # and rewrites README.md's tables
+    python3 plots/plot.py mine.csv     # your CSVs: writes mine_d128_causal.png and so on beside the
+                                       # first one and prints the tables; README.md is left alone
 
-The table between <!-- results:begin --> and <!-- results:end --> in README.md is generated here,
-never typed. Where a CSV holds a case twice, the later row wins. Needs matplotlib.
+The tables between <!-- results:begin --> and <!-- results:end --> in README.md are generated here,
+never typed. Where a CSV holds a case twice, the later row wins. Only fp16 rows are drawn and
+tabled. Each row carries its own ceiling (FP32 FMA for the CUDA-core lessons, a tensor-core peak
+for the later ones); the peers' rows (lesson peer_*) carry none. Needs matplotlib for the figures.
 """
 import csv
 import glob
@@ -17,6 +20,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+PEERS = {"peer_fa2": "PyTorch FA2", "peer_cudnn": "cuDNN", "peer_efficient": "mem-efficient",
+         "peer_naive": "naive PyTorch"}
+PEER_STYLE = {"peer_fa2": ("black", "s"), "peer_cudnn": ("dimgray", "D"), "peer_efficient": ("gray", "^"),
+              "peer_naive": ("darkgray", "v")}
 
 
 def load_rows(paths):
@@ -35,53 +42,181 @@ def slug(name):
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def plot(rows, gpu, out):
+def num(r, key):
+    """The column as a float, None where it is empty (the peers' ceiling columns)."""
+    try:
+        return float(r[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def label(lesson):
+    return PEERS.get(lesson, lesson)
+
+
+def lesson_number(lesson):
+    m = re.match(r"(\d+)_", lesson)
+    return int(m.group(1)) if m else None
+
+
+def ordered(lessons):
+    """The lessons by name, then the peers in PEERS' order."""
+    others = sorted(l for l in lessons if l.startswith("peer_") and l not in PEERS)
+    return sorted(l for l in lessons if not l.startswith("peer_")) + [p for p in PEERS if p in lessons] + others
+
+
+class Index:
+    """The fp16 rows by (lesson, head_dim, causal, seqlen)."""
+
+    def __init__(self, rows):
+        self.rows = [r for r in rows if r["dtype"] == "fp16"]
+        self.by = {(r["lesson"], int(r["head_dim"]), int(r["causal"]), int(r["seqlen"])): r
+                   for r in self.rows}
+        self.lessons = ordered({r["lesson"] for r in self.rows})
+
+    def get(self, lesson, d, causal, n):
+        return self.by.get((lesson, d, causal, n))
+
+    def tflops(self, lesson, d, causal, n):
+        r = self.get(lesson, d, causal, n)
+        return num(r, "tflops") if r is not None and r["status"] == "ok" else None
+
+    def ceilings(self):
+        """{name: TFLOP/s}; a ceiling measured in several runs shows its highest value."""
+        out = {}
+        for r in self.rows:
+            value = num(r, "ceiling_tflops")
+            if r["ceiling_name"] and value:
+                out[r["ceiling_name"]] = max(value, out.get(r["ceiling_name"], 0))
+        return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def plot(idx, gpu, prefix):
+    """One figure per (head_dim, causal): {(d, causal): path}."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    ceiling = max(float(r["ceiling_tflops"]) for r in rows)
-    for ax, (d, causal) in zip(axes.flat, [(64, 0), (128, 0), (64, 1), (128, 1)]):
-        sel = [r for r in rows if int(r["head_dim"]) == d and int(r["causal"]) == causal and r["status"] == "ok"]
-        for lesson in sorted({r["lesson"] for r in sel}):
-            pts = sorted((int(r["seqlen"]), float(r["tflops"])) for r in sel if r["lesson"] == lesson)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lesson)
-        ax.axhline(ceiling, color="gray", linestyle="--", label=f"FP32 FMA ceiling ({ceiling:.0f})")
+    ceilings = idx.ceilings()
+    lessons = [l for l in idx.lessons if not l.startswith("peer_")]
+    out = {}
+    shapes = {(int(r["head_dim"]), int(r["causal"])) for r in idx.rows if r["status"] == "ok"}
+    for d, causal in sorted(shapes):
+        fig, ax = plt.subplots(figsize=(10, 6))
+        seqlens = set()
+        for lesson in idx.lessons:
+            pts = sorted((n, t) for (l, dd, c, n) in idx.by if l == lesson and dd == d and c == causal
+                         for t in [idx.tflops(l, dd, c, n)] if t)
+            if not pts:
+                continue
+            seqlens |= {n for n, _ in pts}
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            if lesson.startswith("peer_"):  # the bars to reach: black and grey, dashed
+                color, marker = PEER_STYLE.get(lesson, ("silver", "x"))
+                ax.plot(xs, ys, linestyle="--", color=color, marker=marker, markerfacecolor="white",
+                        linewidth=1.5, label=label(lesson))
+            else:
+                i = lessons.index(lesson)  # a lesson keeps its colour in every figure
+                ax.plot(xs, ys, marker="os^Dv"[i // 10 % 5], color=f"C{i % 10}", label=lesson)
+        for j, (name, value) in enumerate(ceilings.items()):  # thin red, no markers; labels alternate sides
+            ax.axhline(value, color="red", linestyle="--", linewidth=0.8,
+                       label=f"{name} ceiling ({value:.0f})")
+            ax.annotate(f"{name} {value:.0f}", xy=(0.01 + 0.98 * (j % 2), value),
+                        xycoords=("axes fraction", "data"), ha="right" if j % 2 else "left", va="bottom",
+                        fontsize=8, color="red")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(seqlens))
+        ax.set_xticklabels([f"{n // 1024}k" if n >= 1024 else str(n) for n in sorted(seqlens)])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_yscale("log")
-        ax.set_title(f"head_dim {d}, {'causal' if causal else 'non-causal'}")
-        ax.set_xlabel("sequence length (batch x seqlen = 16k tokens)")
-        ax.set_ylabel("TFLOP/s")
+        ax.set_xlabel("sequence length N (batch x N = 16k tokens)")
+        ax.set_ylabel("TFLOP/s (FLOPs = 4 x head_dim x visible pairs)")
+        ax.set_title(f"Forward on {gpu}, fp16, head_dim {d}, {'causal' if causal else 'non-causal'}")
         ax.grid(True, which="both", alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"Forward TFLOP/s on {gpu}, fp16 (fa-bench; FLOPs = 4 x head_dim x visible pairs)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    return os.path.relpath(out, ROOT)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        path = f"{prefix}_d{d}_{'causal' if causal else 'noncausal'}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        out[(d, causal)] = path
+    return out
 
 
-def table(rows, gpu, image):
+def cell(r):
+    if r is None:
+        return ""
+    if r["status"] != "ok":
+        return "WRONG" if r["status"].startswith(("WRONG", "ERROR")) else "skipped"
+    tflops, pct, ceiling = num(r, "tflops"), num(r, "pct_of_ceiling"), num(r, "ceiling_tflops")
+    if pct is None and ceiling:
+        pct = 100 * tflops / ceiling
+    return f"{tflops:.2f}" + (f" ({pct:.0f}%)" if pct is not None else "")
+
+
+def table(idx, gpu, source):
     seqlens = [1024, 4096, 16384]
-    lines = [f"Forward, fp16, head_dim 128, 16k tokens x 2048 wide, on {gpu}: TFLOP/s "
-             "(% of the measured FP32 FMA ceiling). Generated by `plots/plot.py` from `plots/h200_*.csv`.", "",
+    lines = [f"Forward, fp16, head_dim 128, 16k tokens x 2048 wide, on {gpu}: TFLOP/s (% of the row's "
+             "own ceiling, named in the last column: the measured FP32 FMA peak for the CUDA-core lessons, "
+             "the tensor-core peak for the later ones; PyTorch's backends have none). Generated by "
+             f"`plots/plot.py` from {source}.", "",
              "| lesson | " + " | ".join(f"N={n // 1024}k" for n in seqlens) + " | " +
-             " | ".join(f"N={n // 1024}k causal" for n in seqlens) + " |",
-             "|---" * (1 + 2 * len(seqlens)) + "|"]
-    for lesson in sorted({r["lesson"] for r in rows}):
+             " | ".join(f"N={n // 1024}k causal" for n in seqlens) + " | ceiling |",
+             "|---" * (2 + 2 * len(seqlens)) + "|"]
+    for lesson in idx.lessons:
+        cells = [cell(idx.get(lesson, 128, causal, n)) for causal in (0, 1) for n in seqlens]
+        names = {r["ceiling_name"] for r in idx.rows if r["lesson"] == lesson and r["ceiling_name"]}
+        lines.append(f"| {label(lesson)} | " + " | ".join(cells) + " | " + ", ".join(sorted(names)) + " |")
+    return lines
+
+
+def ratio_table(idx):
+    """Lessons 07 on (and cuDNN) over PyTorch FA2 at the same shape, or [] without FA2's rows."""
+    if "peer_fa2" not in idx.lessons:
+        return []
+    rows = [(l, l) for l in idx.lessons if (lesson_number(l) or 0) >= 7]
+    if "peer_cudnn" in idx.lessons:
+        rows.append(("cuDNN / FA2", "peer_cudnn"))
+    if not rows:
+        return []
+    cols = [(d, causal, n) for d in (64, 128) for causal in (0, 1) for n in (4096, 8192, 16384)]
+    lines = ["Ratio to PyTorch FA2: each row's TFLOP/s over PyTorch FA2's at the same shape (fp16, 16k "
+             "tokens x 2048 wide; above 1.00x is faster). Columns: head_dim, causal or not, N.", "",
+             "| lesson | " + " | ".join(f"d{d}{' causal' if c else ''} {n // 1024}k" for d, c, n in cols)
+             + " |",
+             "|---" * (1 + len(cols)) + "|"]
+    for name, lesson in rows:
+        cells = []
+        for d, causal, n in cols:
+            mine, fa2 = idx.tflops(lesson, d, causal, n), idx.tflops("peer_fa2", d, causal, n)
+            cells.append(f"{mine / fa2:.2f}x" if mine and fa2 else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def images(figures, rel_to):
+    """The figures as a markdown grid: head_dim down, non-causal and causal across."""
+    if not figures:
+        return []
+    lines = ["| | non-causal | causal |", "|---|---|---|"]
+    for d in sorted({d for d, _ in figures}):
         cells = []
         for causal in (0, 1):
-            for n in seqlens:
-                hit = [r for r in rows if r["lesson"] == lesson and int(r["head_dim"]) == 128 and
-                       int(r["causal"]) == causal and int(r["seqlen"]) == n and r["dtype"] == "fp16"]
-                if not hit:
-                    cells.append("")
-                elif hit[0]["status"] != "ok":
-                    cells.append("skipped")
-                else:
-                    cells.append(f"{float(hit[0]['tflops']):.2f} ({float(hit[0]['pct_of_ceiling']):.0f}%)")
-        lines.append(f"| {lesson} | " + " | ".join(cells) + " |")
-    lines += ["", f"![TFLOP/s against sequence length]({image})"]
+            path = figures.get((d, causal))
+            what = f"TFLOP/s against N, head_dim {d}, {'causal' if causal else 'non-causal'}"
+            cells.append(f"![{what}]({os.path.relpath(path, rel_to)})" if path else "")
+        lines.append(f"| head_dim {d} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(idx, gpu, source, figures, rel_to):
+    lines = table(idx, gpu, source)
+    ratios = ratio_table(idx)
+    if ratios:
+        lines += [""] + ratios
+    pics = images(figures, rel_to)
+    if pics:
+        lines += [""] + pics
     return "\n".join(lines)
 
 
@@ -90,22 +225,26 @@ def main():
     paths = mine or sorted(glob.glob(os.path.join(HERE, "h200_*.csv")))
     rows = load_rows(paths)
     gpu = rows[0]["gpu"]
-    rows = [r for r in rows if r["gpu"] == gpu]
+    idx = Index([r for r in rows if r["gpu"] == gpu])
     if mine:
-        out = os.path.splitext(os.path.abspath(mine[0]))[0] + "_tflops.png"
-        image = plot(rows, gpu, out)
-        print(table(rows, gpu, image))
+        try:
+            figures = plot(idx, gpu, os.path.splitext(os.path.abspath(mine[0]))[0])
+        except ImportError:
+            print("plots/plot.py: no matplotlib, so no figures (pip install matplotlib); the tables:\n")
+            figures = {}
+        print(report(idx, gpu, ", ".join(f"`{p}`" for p in mine), figures, os.getcwd()))
         return
-    image = plot(rows, gpu, os.path.join(HERE, f"{slug(gpu)}_tflops.png"))
+    figures = plot(idx, gpu, os.path.join(HERE, slug(gpu)))
     readme = os.path.join(ROOT, "README.md")
     text = open(readme).read()
     if "<!-- results:begin -->" not in text:
         sys.exit("README.md has no <!-- results:begin --> ... <!-- results:end --> markers")
-    body = table(rows, gpu, image)
+    body = report(idx, gpu, "`plots/h200_*.csv`", figures, ROOT)
     new = re.sub(r"<!-- results:begin -->.*?<!-- results:end -->",
                  lambda m: "<!-- results:begin -->\n" + body + "\n<!-- results:end -->", text, flags=re.S)
     open(readme, "w").write(new)
-    print(f"wrote {image} and the README results table")
+    wrote = ", ".join(os.path.relpath(p, ROOT) for p in figures.values())
+    print(f"wrote {wrote} and the README results tables")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 namespace fa::test {
 namespace {
 
-// Lessons 00-06 (COURSE.md): causal and not, any N >= 1, seqlen_q != seqlen_k, the LSE,
+// Lessons 00-08 (COURSE.md): causal and not, any N >= 1, seqlen_q != seqlen_k, the LSE,
 // fp16 and bf16 storage, head dims 64 and 128.
 Requirements core_forward() {
   Requirements r;
@@ -31,6 +31,8 @@ const Requirements& required_for(int lesson) {
       {4, core_forward()},  // FA2 loop order (and its CPU model)
       {5, core_forward()},  // exp2
       {6, core_forward()},  // causal early stop
+      {7, core_forward()},  // tensor cores (mma.sync)
+      {8, core_forward()},  // pipelining (cp.async, swizzle)
   };
   const auto it = table.find(lesson);
   if (it == table.end())

@@ -6,6 +6,7 @@
 
 #include "bench_device.hpp"
 #include "fa/cuda_check.hpp"
+#include "fa/mma.cuh"
 
 namespace fa::bench {
 namespace {
@@ -42,6 +43,54 @@ __global__ void fma_kernel(float* out, int iters, float a, float b) {
   if (s == 1.2345f) out[0] = s;  // practically never true; the compiler cannot know that
 }
 
+// 8 independent accumulators per warp keep the tensor pipe busy (mma.sync's latency is many
+// cycles); the operands are nonzero values (the tensor cores' power, and so their clock, depends
+// on the data), and the result is stored so nothing is optimised away.
+__global__ void mma_kernel(float* out, int iters) {
+  const int lane = threadIdx.x % 32;
+  uint32_t a[4];
+  for (int r = 0; r < 4; ++r) a[r] = fa::pack2<__half>(0.5f + 0.01f * lane + r, 1.f - 0.02f * r);
+  const uint32_t b0 = fa::pack2<__half>(0.25f * lane, -0.5f), b1 = fa::pack2<__half>(0.75f, 0.01f * lane);
+  float acc[8][4] = {};
+  for (int it = 0; it < iters; ++it)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) fa::mma_m16n8k16<__half>(acc[k], a, b0, b1);
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) s += acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3];
+  if (s == 1.2345f) out[0] = s;
+}
+
+// The median time of 6 launches after a warm-up, in ms.
+template <class Launch>
+double median_ms(Launch launch) {
+  cudaEvent_t a, b;
+  FA_CUDA_CHECK(cudaEventCreate(&a));
+  FA_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int rep = 0; rep < 7; ++rep) {
+    FA_CUDA_CHECK(cudaEventRecord(a));
+    launch();
+    FA_CHECK_LAUNCH();
+    FA_CUDA_CHECK(cudaEventRecord(b));
+    FA_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    FA_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (rep > 0) ms.push_back(t);  // the first launch is a warm-up
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 }  // namespace
 
 void fill_randn(void* x, size_t n, DType t, uint64_t seed) {
@@ -61,32 +110,22 @@ L2Flusher::~L2Flusher() { cudaFree(buf_); }
 void L2Flusher::flush(cudaStream_t stream) { FA_CUDA_CHECK(cudaMemsetAsync(buf_, 0x5a, bytes_, stream)); }
 
 double measure_fp32_fma_tflops() {
-  int dev = 0, sms = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   float* out = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
-  const int blocks = sms * 8, threads = 256, iters = 8192;
-  cudaEvent_t a, b;
-  FA_CUDA_CHECK(cudaEventCreate(&a));
-  FA_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int rep = 0; rep < 7; ++rep) {
-    FA_CUDA_CHECK(cudaEventRecord(a));
-    fma_kernel<<<blocks, threads>>>(out, iters, 0.999f, 0.001f);
-    FA_CHECK_LAUNCH();
-    FA_CUDA_CHECK(cudaEventRecord(b));
-    FA_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    FA_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    if (rep > 0) ms.push_back(t);  // the first launch is a warm-up
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const int blocks = sm_count() * 8, threads = 256, iters = 8192;
+  const double ms = median_ms([&] { fma_kernel<<<blocks, threads>>>(out, iters, 0.999f, 0.001f); });
   cudaFree(out);
-  const double flops = 2.0 * 8 * iters * double(blocks) * threads;
-  return flops / (ms[ms.size() / 2] * 1e-3) / 1e12;
+  return 2.0 * 8 * iters * double(blocks) * threads / (ms * 1e-3) / 1e12;
+}
+
+double measure_mma_sync_tflops() {
+  float* out = nullptr;
+  FA_CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
+  const int blocks = sm_count() * 4, threads = 256, iters = 4096;
+  const double ms = median_ms([&] { mma_kernel<<<blocks, threads>>>(out, iters); });
+  cudaFree(out);
+  const double flops_per_mma = 2.0 * 16 * 8 * 16;
+  return flops_per_mma * 8 * iters * double(blocks) * (threads / 32) / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace fa::bench

@@ -24,5 +24,8 @@ class L2Flusher {
 // The FP32 FMA throughput ceiling of this GPU in TFLOP/s (2 FLOPs per FMA), measured by a kernel
 // of independent FMA chains filling every SM: the roof of the CUDA-core lessons (01-06).
 double measure_fp32_fma_tflops();
+// The mma.sync throughput ceiling (m16n8k16, fp16 inputs, fp32 accumulators) in TFLOP/s, by a
+// kernel of independent mma chains on every SM: the roof of the tensor-core lessons (07-12).
+double measure_mma_sync_tflops();
 
 }  // namespace fa::bench

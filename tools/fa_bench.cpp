@@ -8,8 +8,9 @@
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
 // reference (the course tolerance), then times it with CUDA events: warm-up, the L2 flushed
 // before every repetition, the median reported. TFLOP/s counts 4 * head_dim FLOPs per visible
-// (query, key) pair (4BHN^2D, about half when causal). The ceiling is the measured FP32 FMA peak
-// (the CUDA-core lessons' roof). --tour runs every lesson at one shape. --once runs each case once,
+// (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
+// of its instructions, both measured here: the FP32 FMA peak for the CUDA-core lessons (01-06), the
+// mma.sync peak for the tensor-core lessons (07 on). --tour runs every lesson at one shape. --once runs each case once,
 // validated but not timed (for profilers: one kernel launch per case). Exit 1 if any case is wrong.
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,12 @@ std::vector<int> ints(const std::string& s) {
   for (const auto& x : split(s)) v.push_back(std::stoi(x));
   return v;
 }
+
+// A throughput roof, measured on this GPU.
+struct Ceiling {
+  std::string name;
+  double tflops = 0;
+};
 
 struct Options {
   std::vector<std::string> lessons{"all"};
@@ -164,7 +171,7 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
 }
 
 Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int seqlen, const Options& o,
-             fa::bench::L2Flusher& flusher, double ceiling) {
+             fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
   Row row{lesson.id, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
   if (lesson.memory != fa::Memory::kDevice) {
     row.status = "skipped: a CPU lesson";
@@ -237,7 +244,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     row.ms = median(ms);
     const double flops = 4.0 * d * fa::ref::visible_pairs(ref_problem(p));
     row.tflops = flops / (row.ms * 1e-3) / 1e12;
-    row.pct = 100.0 * row.tflops / ceiling;
+    row.pct = 100.0 * row.tflops / ceiling.tflops;
   } catch (const fa::Error& e) {
     row.status = std::string("ERROR: ") + e.what();
   }
@@ -262,13 +269,14 @@ int main(int argc, char** argv) {
       const bool wanted = o.lessons.front() == "all" || std::find(o.lessons.begin(), o.lessons.end(), nn) != o.lessons.end();
       if (wanted && l->memory == fa::Memory::kDevice) lessons.push_back(l);
     }
-    const double ceiling = fa::bench::measure_fp32_fma_tflops();
+    const Ceiling fma{"fp32_fma", fa::bench::measure_fp32_fma_tflops()};
+    const Ceiling mma{"mma_sync_fp16", fa::bench::measure_mma_sync_tflops()};
     fa::bench::L2Flusher flusher;
-    std::printf("fa-bench on %s (%d SMs, L2 %d MB): FP32 FMA ceiling measured %.1f TFLOP/s; L2 flushed "
+    std::printf("fa-bench on %s (%d SMs, L2 %d MB): ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s; L2 flushed "
                 "(%zu MB) before every run; medians of CUDA-event times\n",
-                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, ceiling, flusher.bytes() >> 20);
+                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, fma.tflops, mma.tflops, flusher.bytes() >> 20);
     std::printf("%-16s %-5s %4s %6s %9s %6s %10s %9s %7s %9s  %s\n", "lesson", "dtype", "d", "causal", "batch x h",
-                "N", "ms", "TFLOP/s", "% FP32", "max err", "status");
+                "N", "ms", "TFLOP/s", "% ceil", "max err", "status");
     std::ofstream csv;
     if (!o.csv.empty()) {
       const bool fresh = !std::ifstream(o.csv).good();
@@ -284,6 +292,8 @@ int main(int argc, char** argv) {
             for (int n : o.seqlens) {
               const auto& dims = l->features.head_dims;
               if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
+              // Lessons 07 on compute on the tensor cores; before that, on the FP32 FMA pipes.
+              const Ceiling& ceiling = std::string(l->id) >= "07" ? mma : fma;
               const Row r = run_case(*l, t, d, causal, n, o, flusher, ceiling);
               if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
               const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);
@@ -299,7 +309,7 @@ int main(int argc, char** argv) {
                 std::replace(status.begin(), status.end(), ',', ';');
                 std::replace(status.begin(), status.end(), '\n', ' ');
                 csv << prop.name << "," << r.lesson << "," << fa::name(t) << "," << d << "," << causal << "," << r.batch << ","
-                    << r.heads << "," << n << "," << r.ms << "," << r.tflops << ",fp32_fma," << ceiling << "," << r.pct << ","
+                    << r.heads << "," << n << "," << r.ms << "," << r.tflops << "," << ceiling.name << "," << ceiling.tflops << "," << r.pct << ","
                     << r.max_err << "," << status << "\n";
               }
             }

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Times PyTorch's attention backends on fa-bench's grid and appends rows in fa-bench's CSV schema.
+
+    python3 plots/peers.py --csv plots/h200_peers.csv   # plots/plot.py reads plots/h200_*.csv
+
+The peers are PyTorch's scaled_dot_product_attention backends (lesson column peer_fa2, peer_cudnn,
+peer_efficient) and a naive matmul -> softmax -> matmul (peer_naive: lesson 01's algorithm). The
+rest is fa-bench's (tools/fa_bench.cpp), so that a peer's row and a lesson's row are the same measurement:
+the grid (batch * seqlen = --tokens, heads * head_dim = --width), the check of sampled rows of two
+heads against an fp64 reference on the same rounded inputs with the course's tolerances, the L2
+flushed before every repetition, two warm-up runs, the median of CUDA-event times, and 4 * head_dim
+FLOPs per visible (query, key) pair. The ceiling columns stay empty: a peer is a bar, not a lesson
+measured against a roof. A backend that cannot run a case (not built, not supported, out of
+memory) gets a "skipped: ..." row. Exit 1 if any case is WRONG. Needs PyTorch 2.3 or later.
+"""
+import argparse
+import contextlib
+import math
+import os
+import random
+import sys
+import time
+import warnings
+
+LESSON = {"flash": "peer_fa2", "cudnn": "peer_cudnn", "efficient": "peer_efficient", "naive": "peer_naive"}
+TOLERANCE = {"fp16": (1e-3, 2.0**-10), "bf16": (8e-3, 2.0**-7)}  # (atol, rtol): runtime/compare.cpp's
+HEADER = ("gpu,lesson,dtype,head_dim,causal,batch,heads,seqlen,ms,tflops,ceiling_name,ceiling_tflops,"
+          "pct_of_ceiling,max_abs_err,status")
+
+
+def parse():
+    ints = lambda s: [int(x) for x in s.split(",") if x]
+    names = lambda s: [x for x in s.split(",") if x]
+    ap = argparse.ArgumentParser(description="PyTorch's attention backends on fa-bench's grid, "
+                                 "appended to a CSV in fa-bench's schema.")
+    ap.add_argument("--csv", required=True, help="CSV to append to (the header is written when it is new)")
+    ap.add_argument("--backends", type=names, default=list(LESSON),
+                    help="default flash,cudnn,efficient,naive")
+    ap.add_argument("--seqlens", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384],
+                    help="default 512,1024,2048,4096,8192,16384")
+    ap.add_argument("--head-dims", type=ints, default=[64, 128], help="default 64,128")
+    ap.add_argument("--causal", type=ints, default=[0, 1], help="default 0,1")
+    ap.add_argument("--dtypes", type=names, default=["fp16"], help="fp16 and/or bf16 (default fp16)")
+    ap.add_argument("--tokens", type=int, default=16384, help="batch * seqlen (default 16384)")
+    ap.add_argument("--width", type=int, default=2048, help="heads * head_dim (default 2048)")
+    ap.add_argument("--reps", type=int, default=20, help="timed repetitions per case (default 20)")
+    ap.add_argument("--max-seconds", type=float, default=20, help="per case: stop timing after this long, "
+                    "with at least 3 timed runs (default 20)")
+    a = ap.parse_args()
+    for b in a.backends:
+        if b not in LESSON:
+            ap.error(f"--backends takes {','.join(LESSON)}, got {b}")
+    for t in a.dtypes:
+        if t not in TOLERANCE:
+            ap.error(f"--dtypes takes fp16 and/or bf16, got {t}")
+    return a
+
+
+args = parse()  # before importing torch, so that --help works without it
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError as e:
+    sys.exit(f"plots/peers.py: needs PyTorch 2.3 or later with CUDA ({e})")
+
+DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def attention(backend, q, k, v, causal, scale):
+    """The call to time, as a function of nothing."""
+    if backend == "naive":
+        # Lesson 01 in PyTorch: S and P written to and read back from HBM. S is kept in fp32, as
+        # there: rounded to 16 bits it moves P by more than the course tolerance allows (a few rows
+        # in 10^4 at head_dim 128). TF32 tensor cores compute it exactly, since fp16 and bf16 values
+        # are TF32 values. The softmax runs in fp32, P is stored in the dtype for the PV matmul.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1) if causal else None
+
+        def naive():
+            s = torch.matmul(q.float(), k.float().transpose(-2, -1)).mul_(scale)
+            if mask is not None:
+                s.masked_fill_(mask, float("-inf"))
+            p = torch.softmax(s, dim=-1)
+            del s  # S (34 GB at 16k, head_dim 64) is gone before P is cast
+            return torch.matmul(p.to(q.dtype), v)
+        return naive, None
+    which = dict(flash="FLASH_ATTENTION", cudnn="CUDNN_ATTENTION", efficient="EFFICIENT_ATTENTION")[backend]
+    if not hasattr(SDPBackend, which):
+        raise RuntimeError(f"this PyTorch ({torch.__version__}) has no SDPBackend.{which}")
+    # The context pins the backend (no silent fallback to another one); entered once, outside the
+    # timed region. seqlen_q == seqlen_k, so is_causal's top-left mask is also the bottom-right one.
+    return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), scale=scale)), \
+        sdpa_kernel(getattr(SDPBackend, which))
+
+
+def check_head(o, q, k, v, b, h, causal, scale, dtype):
+    """(max abs error, "" or what is wrong) for sampled rows of head (b, h), against fp64 on the CPU."""
+    n = q.shape[-2]
+    rows = sorted({0, 1, n // 2, n - 1} | set(random.Random(n).sample(range(n), min(n, 12))))
+    qh, kh, vh = (x[b, h].double().cpu() for x in (q, k, v))
+    r = torch.tensor(rows)
+    s = qh[r] @ kh.T * scale
+    if causal:
+        s.masked_fill_(torch.arange(n)[None, :] > r[:, None], float("-inf"))
+    want = torch.softmax(s, dim=-1) @ vh
+    got = o[b, h][r.to(o.device)].double().cpu()
+    err = (got - want).abs()
+    atol, rtol = TOLERANCE[dtype]
+    allowed = atol + rtol * want.abs()
+    bad = ~(err <= allowed)  # NaN is bad
+    max_err = err.max().item()
+    if not bad.any():
+        return max_err, ""
+    i = int(torch.nan_to_num(err / allowed, nan=math.inf).argmax())
+    row, d = divmod(i, err.shape[1])
+    return max_err, (f"head ({b}, {h}): {int(bad.sum())} of {bad.numel()} sampled O values off; worst at row "
+                     f"{rows[row]} d {d}: got {got[row, d].item():.6g} want {want[row, d].item():.6g} "
+                     f"(allowed {allowed[row, d].item():.3g})")
+
+
+def time_ms(fn, flush):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms, wall0 = [], time.monotonic()
+    for rep in range(args.reps + 2):
+        flush.zero_()  # a cold L2 for every run, as fa-bench
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        if rep >= 2:  # two warm-up runs
+            ms.append(start.elapsed_time(stop))
+        if rep >= 4 and time.monotonic() - wall0 > args.max_seconds:
+            break
+    return sorted(ms)[len(ms) // 2]  # fa-bench's median (the upper one for an even count)
+
+
+def run_case(backend, dtype, d, causal, n, flush):
+    row = dict(lesson=LESSON[backend], dtype=dtype, head_dim=d, causal=causal, batch=max(1, args.tokens // n),
+               heads=args.width // d, seqlen=n, ms=None, tflops=None, max_abs_err=None, status="ok")
+    caught = []
+    try:
+        # The same inputs for every backend at a shape: the peers are compared on the same numbers.
+        g = torch.Generator(device="cuda").manual_seed(n * 1000 + d)
+        shape = (row["batch"], row["heads"], n, d)
+        q, k, v = (torch.randn(shape, generator=g, device="cuda", dtype=DTYPE[dtype]) for _ in range(3))
+        scale = 1.0 / math.sqrt(d)
+        fn, ctx = attention(backend, q, k, v, causal, scale)
+        with ctx or contextlib.nullcontext():
+            # A backend that cannot run a case says why in warnings and raises "No available kernel".
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                o = fn()
+                torch.cuda.synchronize()
+            errs = [check_head(o, q, k, v, b, h, causal, scale, dtype)
+                    for b, h in ((0, 0), (row["batch"] - 1, row["heads"] - 1))]
+            worst = [e for e, _ in errs]
+            row["max_abs_err"] = math.nan if any(map(math.isnan, worst)) else max(worst)
+            bad = [why for _, why in errs if why]
+            if bad:
+                row["status"] = "WRONG: " + bad[0]
+                return row
+            row["ms"] = time_ms(fn, flush)
+        pairs = n * n if not causal else n * (n + 1) // 2  # the course counts visible pairs only
+        row["tflops"] = 4.0 * d * pairs * row["batch"] * row["heads"] / (row["ms"] * 1e-3) / 1e12
+    except Exception as e:  # not supported, not built, out of memory: a row that says so
+        why = [str(w.message).strip() for w in caught if not str(w.message).strip().endswith("because:")]
+        reason = (why + str(e).strip().splitlines() + [type(e).__name__])[0]
+        row.update(ms=None, tflops=None, max_abs_err=None, status="skipped: " + reason[:160])
+    return row
+
+
+def print_row(r):
+    fmt = lambda x, f: "-" if x is None else format(x, f)
+    bh = f"{r['batch']}x{r['heads']}"
+    ms, tflops, err = fmt(r["ms"], ".3f"), fmt(r["tflops"], ".2f"), fmt(r["max_abs_err"], ".2e")
+    print(f"{r['lesson']:<16} {r['dtype']:<5} {r['head_dim']:>4} {r['causal']:>6} {bh:>9} {r['seqlen']:>6} "
+          f"{ms:>10} {tflops:>9} {err:>9}  {r['status']}", flush=True)
+
+
+def csv_row(gpu, r):
+    cell = lambda x: "" if x is None else f"{x:.6g}"
+    status = r["status"].replace(",", ";").replace("\n", " ")
+    # The ceiling columns (name, TFLOP/s, %) stay empty: the peers are not measured against one.
+    return (f"{gpu},{r['lesson']},{r['dtype']},{r['head_dim']},{r['causal']},{r['batch']},{r['heads']},"
+            f"{r['seqlen']},{cell(r['ms'])},{cell(r['tflops'])},,,,{cell(r['max_abs_err'])},{status}")
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("plots/peers.py: no usable CUDA GPU; the peers' timings need one.")
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    gpu = torch.cuda.get_device_name(0).replace(",", ";")
+    l2 = getattr(props, "L2_cache_size", 0) or 0
+    flush = torch.empty(max(4 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+    print(f"peers on {gpu} (PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}): L2 flushed "
+          f"({flush.numel() >> 20} MB) before every run; medians of CUDA-event times")
+    print(f"{'lesson':<16} {'dtype':<5} {'d':>4} {'causal':>6} {'batch x h':>9} {'N':>6} {'ms':>10} "
+          f"{'TFLOP/s':>9} {'max err':>9}  status")
+    fresh = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+    wrong = 0
+    with open(args.csv, "a") as csv:
+        if fresh:
+            csv.write(HEADER + "\n")
+        for backend in args.backends:
+            for dtype in args.dtypes:
+                for d in args.head_dims:
+                    for causal in args.causal:
+                        for n in args.seqlens:
+                            r = run_case(backend, dtype, d, causal, n, flush)
+                            torch.cuda.empty_cache()  # this case's tensors (or an OOM's) back to the GPU
+                            wrong += r["status"].startswith("WRONG")
+                            print_row(r)
+                            csv.write(csv_row(gpu, r) + "\n")
+                            csv.flush()
+    if wrong:
+        print(f"{wrong} case(s) WRONG: see the status column")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
