@@ -118,7 +118,8 @@ def plot(idx, gpu, prefix):
                         linewidth=1.5, label=label(lesson))
             else:
                 i = lessons.index(lesson)  # a lesson keeps its colour in every figure
-                ax.plot(xs, ys, marker="os^Dv"[i // 10 % 5], color=f"C{i % 10}", label=lesson)
+                # tab10 without its grey (C7): grey is the peers' colour.
+                ax.plot(xs, ys, marker="os^Dv"[i // 9 % 5], color=f"C{[0, 1, 2, 3, 4, 5, 6, 8, 9][i % 9]}", label=lesson)
         for j, (name, value) in enumerate(ceilings.items()):  # thin red, no markers; labels alternate sides
             ax.axhline(value, color="red", linestyle="--", linewidth=0.8,
                        label=f"{name} ceiling ({value:.0f})")
