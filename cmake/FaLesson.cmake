@@ -44,6 +44,13 @@ function(fa_add_doctest target)
   set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_LABELS ${key})
 endfunction()
 
+# The definitions that bind tests/lesson_binding.cpp (or a mutant) to a lesson: its descriptor
+# getter and its number, without leading zeros ("08" would be an octal literal in C++).
+function(fa_lesson_binding_defines out getter nn)
+  string(REGEX REPLACE "^0+([0-9])" "\\1" number "${nn}")
+  set(${out} FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${number} PARENT_SCOPE)
+endfunction()
+
 function(fa_add_lesson nn name)
   cmake_parse_arguments(L "FORWARD_SUITE;MODEL" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
   set(id ${nn}_${name})
@@ -103,7 +110,6 @@ function(fa_add_lesson nn name)
   # Up to four test executables: the shared forward suite on the lesson (GPU or not, like the
   # lesson) and on its CPU model, and the lesson's own CPU and GPU tests.
   set(binding ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp)
-  string(REGEX REPLACE "^0+([0-9])" "\\1" number "${nn}")  # "08" would be an octal literal in C++
   set(src_forward "")
   set(src_model "")
   if(L_FORWARD_SUITE)
@@ -136,9 +142,10 @@ function(fa_add_lesson nn name)
       set(part_arg PART model)
     endif()
     if(src_${part})
+      fa_lesson_binding_defines(binding_defines ${getter} ${nn})
       fa_add_doctest(test_${label}_${part} KIND ${kind_${part}} LABEL ${label} ${part_arg} SOURCES ${src_${part}}
                      LIBS ${label} fa_reference fa_test_support ${libs_${part}}
-                     DEFINES FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${number})
+                     DEFINES ${binding_defines})
       list(APPEND targets test_${label}_${part})
     endif()
   endforeach()
@@ -196,8 +203,8 @@ function(fa_add_mutants name)
   target_link_libraries(${target} PRIVATE fa_forward_suite fa_test_main_${kind} doctest::doctest fa_runtime
                         fa_reference fa_test_support)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  string(REGEX REPLACE "^0+([0-9])" "\\1" number "${M_LESSON}")  # "08" would be an octal literal
-  target_compile_definitions(${target} PRIVATE FA_LESSON_GETTER=${M_GETTER} FA_LESSON_NUMBER=${number})
+  fa_lesson_binding_defines(binding_defines ${M_GETTER} ${M_LESSON})
+  target_compile_definitions(${target} PRIVATE ${binding_defines})
   set(runs none ${M_MUTANTS})
   if(M_NO_CONTROL)
     set(runs ${M_MUTANTS})  # the control is the real lesson's own suite

@@ -11,13 +11,11 @@ dir=$(cd "$(dirname "$0")" && pwd)
 configs=$(sed -n 's|^ *{\([0-9]*\), *\([0-9]*\), *\([0-9]*\), *\([0-9]*\), *\([0-9]*\), *\([0-9]*\), *\([0-9]*\)}, *// \([0-9]*\)$|\8 \1 \2x\3 sub\4 w\5 s\6 b\7|p' "$dir/tiles.hpp")
 [ -n "$configs" ] || { echo "no configurations found in $dir/tiles.hpp"; exit 1; }
 printf "%-6s %-24s %s\n" "config" "rows x keys, sub, warps, stages, blocks" "TFLOP/s: N=4k 8k 16k | causal 4k 8k 16k"
-for d in "${@:-64 128}"; do
-  for d1 in $d; do
-    while read -r idx hd shape sub w s b; do
-      [ "$hd" = "$d1" ] || continue
-      out=$(FA_LESSON08_CONFIG=$idx "$build/bin/fa-bench" --lessons 08 --head-dims "$d1" --seqlens 4096,8192,16384 --causal 0,1 --reps 10)
-      rates=$(awk '$1 == "08_pipelining" && $NF == "ok" {printf "%s ", $8}' <<< "$out")
-      printf "%-6s d%-3s %-20s %s\n" "$idx" "$hd" "$shape $sub $w $s $b" "$rates"
-    done <<< "$configs"
-  done
+for d in ${*:-64 128}; do
+  while read -r idx hd shape sub w s b; do
+    [ "$hd" = "$d" ] || continue
+    out=$(FA_LESSON08_CONFIG=$idx "$build/bin/fa-bench" --lessons 08 --head-dims "$d" --seqlens 4096,8192,16384 --causal 0,1 --reps 10)
+    rates=$(awk '$1 == "08_pipelining" && $NF == "ok" {printf "%s ", $8}' <<< "$out")
+    printf "%-6s d%-3s %-20s %s\n" "$idx" "$hd" "$shape $sub $w $s $b" "$rates"
+  done <<< "$configs"
 done

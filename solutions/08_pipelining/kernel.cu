@@ -286,39 +286,30 @@ int device_sm() {
   return major * 10 + minor;
 }
 
-void forward(const fa::AttnParams& p, cudaStream_t stream) {
+// Runs configuration `index` of kConfigs: the one path of forward() and of the tests.
+void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
   fa::throw_if_todos_left("08_pipelining", kTodosLeft);
   if (p.batch * p.heads_q > 65535)
     throw fa::InvalidArgument("lesson 08_pipelining: batch * heads_q must be at most 65535 (grid y), got " +
                               std::to_string(p.batch * p.heads_q));
-  // FA_LESSON08_CONFIG=<index into kConfigs> overrides the choice (lessons/08_pipelining/tune.sh).
-  int index = lesson08::config_for(device_sm(), p.head_dim);
-  if (const char* forced = std::getenv("FA_LESSON08_CONFIG")) {
-    const int want = std::atoi(forced);
-    if (want < 0 || want >= lesson08::kNumConfigs || kConfigs[want].head_dim != p.head_dim)
-      throw fa::InvalidArgument("lesson 08_pipelining: FA_LESSON08_CONFIG=" + std::string(forced) +
-                                " is not a configuration of head_dim " + std::to_string(p.head_dim) + " in tiles.hpp");
-    index = want;
-  }
-  if (index < 0)
-    throw fa::InvalidArgument("lesson 08_pipelining: no tile configuration for head_dim " + std::to_string(p.head_dim));
+  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
+    throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +
+                              " for head_dim " + std::to_string(p.head_dim));
   FA_DISPATCH_DTYPE(p.dtype, T,
                     launch_index<T>(p, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{}));
+}
+
+void forward(const fa::AttnParams& p, cudaStream_t stream) {
+  // FA_LESSON08_CONFIG=<index into kConfigs> overrides the choice (lessons/08_pipelining/tune.sh).
+  const char* forced = std::getenv("FA_LESSON08_CONFIG");
+  run_config(p, forced ? std::atoi(forced) : lesson08::config_for(device_sm(), p.head_dim), stream);
 }
 
 }  // namespace
 
 // Runs one configuration of kConfigs by index (the lesson's tests run every one of them).
-void fa_lesson08_forward_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
-  fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
-  fa::throw_if_todos_left("08_pipelining", kTodosLeft);
-  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
-    throw fa::InvalidArgument("lesson 08_pipelining: configuration " + std::to_string(index) +
-                              " does not exist for head_dim " + std::to_string(p.head_dim));
-  FA_DISPATCH_DTYPE(p.dtype, T,
-                    launch_index<T>(p, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{}));
-}
+void fa_lesson08_forward_config(const fa::AttnParams& p, int index, cudaStream_t stream) { run_config(p, index, stream); }
 
 const fa::LessonInfo& fa_lesson_08() {
   static const fa::LessonInfo info = [] {
