@@ -222,7 +222,7 @@ endfunction()
 
 # fa_add_patch_mutants(): one test per tests/mutants/*.mutant. fa-mutate applies the mutant's
 # edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
-# suite is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
+# suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
 # CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
 # GPU mutants are compiled for one architecture: they only need to run on the GPU at hand.
 function(fa_add_patch_mutants)
@@ -230,7 +230,7 @@ function(fa_add_patch_mutants)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
   foreach(spec IN LISTS specs)
     get_filename_component(name ${spec} NAME_WE)
-    file(STRINGS ${spec} head LIMIT_COUNT 2 REGEX "^(lesson|file): ")
+    file(STRINGS ${spec} head LIMIT_COUNT 3 REGEX "^(lesson|file|tests): ")
     string(REGEX MATCH "lesson: ([0-9][0-9])_[a-z0-9_]+" _ "${head}")
     set(nn ${CMAKE_MATCH_1})
     string(REGEX MATCH "lesson: ([0-9a-z_]+)" _ "${head}")
@@ -252,7 +252,13 @@ function(fa_add_patch_mutants)
       set(kind cpu)
     endif()
     # The mutated file alone: a kernel.cu holds its lesson's GPU entry point, a model.cpp its model.
-    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} MUTANTS ${name} NO_CONTROL)
+    # "tests: <file>": the lesson's own tests run too (lesson 09's RoPE lives outside the forward suite).
+    set(extra "")
+    string(REGEX MATCH "tests: ([A-Za-z0-9_.]+)" _ "${head}")
+    if(CMAKE_MATCH_1)
+      set(extra ${PROJECT_SOURCE_DIR}/tests/${CMAKE_MATCH_1})
+    endif()
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} ${extra} MUTANTS ${name} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(NOT one_arch STREQUAL "native")

@@ -12,6 +12,11 @@ flushed before every repetition, two warm-up runs, the median of CUDA-event time
 FLOPs per visible (query, key) pair. The ceiling columns stay empty: a peer is a bar, not a lesson
 measured against a roof. A backend that cannot run a case (not built, not supported, out of
 memory) gets a "skipped: ..." row. Exit 1 if any case is WRONG. Needs PyTorch 2.3 or later.
+
+--rope eager|compiled times RoPE then attention (lesson 09's experiment): Q and K are rotated by
+PyTorch (eager: the usual few elementwise ops; compiled: the same function through torch.compile,
+one fused kernel), then the backend runs on the rotated tensors; the lesson column gets a
+"_rope_eager" or "_rope_compiled" suffix and the check rotates in fp64 first.
 """
 import argparse
 import contextlib
@@ -46,6 +51,7 @@ def parse():
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions per case (default 20)")
     ap.add_argument("--max-seconds", type=float, default=20, help="per case: stop timing after this long, "
                     "with at least 3 timed runs (default 20)")
+    ap.add_argument("--rope", choices=["eager", "compiled"], help="rotate Q and K with RoPE before attention")
     a = ap.parse_args()
     for b in a.backends:
         if b not in LESSON:
@@ -67,8 +73,10 @@ except ImportError as e:
 DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def attention(backend, q, k, v, causal, scale):
-    """The call to time, as a function of nothing."""
+def attention(backend, q, k, v, causal, scale, qk=None):
+    """The call to time, as a function of nothing. qk, if given, is called inside it for the (q, k)
+    to attend with (RoPE's rotation, timed with the attention)."""
+    qk = qk or (lambda: (q, k))
     if backend == "naive":
         # Lesson 01 in PyTorch: S and P written to and read back from HBM. S is kept in fp32, as
         # there: rounded to 16 bits it moves P by more than the course tolerance allows (a few rows
@@ -79,7 +87,8 @@ def attention(backend, q, k, v, causal, scale):
         mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1) if causal else None
 
         def naive():
-            s = torch.matmul(q.float(), k.float().transpose(-2, -1)).mul_(scale)
+            q1, k1 = qk()
+            s = torch.matmul(q1.float(), k1.float().transpose(-2, -1)).mul_(scale)
             if mask is not None:
                 s.masked_fill_(mask, float("-inf"))
             p = torch.softmax(s, dim=-1)
@@ -91,8 +100,26 @@ def attention(backend, q, k, v, causal, scale):
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no SDPBackend.{which}")
     # The context pins the backend (no silent fallback to another one); entered once, outside the
     # timed region. seqlen_q == seqlen_k, so is_causal's top-left mask is also the bottom-right one.
-    return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), scale=scale)), \
+    return (lambda: F.scaled_dot_product_attention(*qk(), v, is_causal=bool(causal), scale=scale)), \
         sdpa_kernel(getattr(SDPBackend, which))
+
+
+def rope_tables(n, d, dev):
+    """cos and sin of position * theta_i (fp64, stored fp32), as fa::rope_tables: (n, d / 2)."""
+    theta = 10000.0 ** (-2.0 * torch.arange(d // 2, dtype=torch.float64) / d)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * theta[None, :]
+    return angle.cos().float().to(dev), angle.sin().float().to(dev)
+
+
+def rotate(x, cos, sin):
+    """Half-split RoPE of x (..., n, d) in fp32, rounded to x's dtype once."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h].float(), x[..., h:].float()
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+def rotate_both(q, k, cos, sin):
+    return rotate(q, cos, sin), rotate(k, cos, sin)
 
 
 def check_head(o, q, k, v, b, h, causal, scale, dtype):
@@ -100,6 +127,9 @@ def check_head(o, q, k, v, b, h, causal, scale, dtype):
     n = q.shape[-2]
     rows = sorted({0, 1, n // 2, n - 1} | set(random.Random(n).sample(range(n), min(n, 12))))
     qh, kh, vh = (x[b, h].double().cpu() for x in (q, k, v))
+    if args.rope:  # rotated in fp64 and rounded to the dtype, as the course's reference does
+        cos, sin = (t.double() for t in rope_tables(n, q.shape[-1], "cpu"))
+        qh, kh = (rotate(x, cos, sin).to(DTYPE[dtype]).double() for x in (qh, kh))
     r = torch.tensor(rows)
     s = qh[r] @ kh.T * scale
     if causal:
@@ -137,7 +167,8 @@ def time_ms(fn, flush):
 
 
 def run_case(backend, dtype, d, causal, n, flush):
-    row = dict(lesson=LESSON[backend], dtype=dtype, head_dim=d, causal=causal, batch=max(1, args.tokens // n),
+    lesson = LESSON[backend] + (f"_rope_{args.rope}" if args.rope else "")
+    row = dict(lesson=lesson, dtype=dtype, head_dim=d, causal=causal, batch=max(1, args.tokens // n),
                heads=args.width // d, seqlen=n, ms=None, tflops=None, max_abs_err=None, status="ok")
     caught = []
     try:
@@ -146,7 +177,12 @@ def run_case(backend, dtype, d, causal, n, flush):
         shape = (row["batch"], row["heads"], n, d)
         q, k, v = (torch.randn(shape, generator=g, device="cuda", dtype=DTYPE[dtype]) for _ in range(3))
         scale = 1.0 / math.sqrt(d)
-        fn, ctx = attention(backend, q, k, v, causal, scale)
+        qk = None
+        if args.rope:  # the timed call rotates Q and K first, then attends to the rotated ones
+            cos, sin = rope_tables(n, d, "cuda")
+            rot = torch.compile(rotate_both) if args.rope == "compiled" else rotate_both
+            qk = lambda: rot(q, k, cos, sin)
+        fn, ctx = attention(backend, q, k, v, causal, scale, qk)
         with ctx or contextlib.nullcontext():
             # A backend that cannot run a case says why in warnings and raises "No available kernel".
             with warnings.catch_warnings(record=True) as caught:

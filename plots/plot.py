@@ -6,6 +6,10 @@
                                        # and rewrites README.md's tables
     python3 plots/plot.py mine.csv     # your CSVs: writes mine_d128_causal.png and so on beside the
                                        # first one and prints the tables; README.md is left alone
+    python3 plots/plot.py --rope plots/lesson09_rope_h200.csv
+                                       # lesson 09's experiment (experiment.sh's CSV): time vs seqlen
+                                       # per variant and head dim, beside the CSV as .png, and the
+                                       # table of milliseconds for the lesson's README
 
 The tables between <!-- results:begin --> and <!-- results:end --> in README.md are generated here,
 never typed. Where a CSV holds a case twice, the later row wins. Only fp16 rows are drawn and
@@ -221,7 +225,60 @@ def report(idx, gpu, source, figures, rel_to):
     return "\n".join(lines)
 
 
+ROPE_ORDER = ["09_attention", "09_fused", "09_outside", "09_fused_small_tiles", "peer_fa2_rope_eager",
+              "peer_fa2_rope_compiled"]
+
+
+def rope(path):
+    """Lesson 09: milliseconds per variant (causal, fp16) by seqlen, a figure per head dim."""
+    rows = [r for r in load_rows([path]) if r["dtype"] == "fp16" and r["status"] == "ok"]
+    ms = {(r["lesson"], int(r["head_dim"]), int(r["seqlen"])): float(r["ms"]) for r in rows}
+    variants = [v for v in ROPE_ORDER if any(k[0] == v for k in ms)]
+    dims = sorted({k[1] for k in ms})
+    seqlens = sorted({k[2] for k in ms})
+    out = []
+    for d in dims:
+        out.append(f"\nhead_dim {d}, causal, fp16, ms (median; 16k tokens x 2048 wide):\n")
+        out.append("| variant | " + " | ".join(str(n) for n in seqlens) + " |")
+        out.append("|---|" + "---|" * len(seqlens))
+        for v in variants:
+            out.append(f"| {v} | " + " | ".join(f"{ms[(v, d, n)]:.3f}" if (v, d, n) in ms else "-" for n in seqlens) + " |")
+        if all((v, d, n) in ms for v in ("09_fused", "09_outside") for n in seqlens):
+            out.append("| fused / outside | " + " | ".join(f"{ms[('09_fused', d, n)] / ms[('09_outside', d, n)]:.2f}x"
+                                                        for n in seqlens) + " |")
+    print("\n".join(out))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plots/plot.py: no matplotlib, so no figure (pip install matplotlib)")
+        return
+    fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.5), squeeze=False)
+    for ax, d in zip(axes[0], dims):
+        for v in variants:
+            xs = [n for n in seqlens if (v, d, n) in ms]
+            ax.plot(xs, [ms[(v, d, n)] for n in xs], marker="o", label=v,
+                    linestyle="--" if v.startswith("peer") else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("seqlen (batch x seqlen = 16k tokens)")
+        ax.set_ylabel("ms (median)")
+        ax.set_title(f"RoPE + causal attention, head_dim {d}, fp16")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = os.path.splitext(path)[0] + ".png"
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
 def main():
+    if sys.argv[1:2] == ["--rope"]:
+        if len(sys.argv) != 3:
+            sys.exit("usage: plots/plot.py --rope FILE.csv")
+        rope(sys.argv[2])
+        return
     mine = sys.argv[1:]
     paths = mine or sorted(glob.glob(os.path.join(HERE, "h200_*.csv")))
     rows = load_rows(paths)

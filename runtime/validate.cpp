@@ -121,6 +121,8 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
   if (p.rope_cos != nullptr || p.rope_sin != nullptr) {
     c.need(f.rope, "RoPE");
     if (p.rope_cos == nullptr || p.rope_sin == nullptr) c.fail("RoPE needs both rope_cos and rope_sin");
+    c.pointer(p.rope_cos, "rope_cos");  // the kernels read the tables 16 bytes at a time
+    c.pointer(p.rope_sin, "rope_sin");
     if (p.head_dim % 2 != 0) c.fail("RoPE needs an even head_dim, got ", p.head_dim);
     if (p.seqlen_q > p.seqlen_k)
       c.fail("RoPE needs seqlen_q <= seqlen_k (query i sits at position i + seqlen_k - seqlen_q), got ",

@@ -20,6 +20,13 @@ Requirements core_forward() {
   return r;
 }
 
+// Lesson 09 adds RoPE to the core.
+Requirements rope_forward() {
+  Requirements r = core_forward();
+  r.features.rope = true;
+  return r;
+}
+
 }  // namespace
 
 const Requirements& required_for(int lesson) {
@@ -33,6 +40,7 @@ const Requirements& required_for(int lesson) {
       {6, core_forward()},  // causal early stop
       {7, core_forward()},  // tensor cores (mma.sync)
       {8, core_forward()},  // pipelining (cp.async, swizzle)
+      {9, rope_forward()},  // RoPE fused (the forward suite runs without RoPE; lesson09 tests with it)
   };
   const auto it = table.find(lesson);
   if (it == table.end())

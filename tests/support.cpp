@@ -9,6 +9,7 @@
 #include "fa/cuda_check.hpp"
 #include "fa/half.hpp"
 #include "fa/random.hpp"
+#include "fa/rope.hpp"
 
 namespace fa::test {
 
@@ -27,7 +28,7 @@ std::string Case::describe() const {
   std::ostringstream os;
   os << "[" << fa::name(dtype) << (causal ? " causal" : " non-causal") << " batch=" << batch << " heads_q=" << heads_q
      << " heads_kv=" << heads_kv << " seqlen_q=" << seqlen_q << " seqlen_k=" << seqlen_k << " head_dim=" << head_dim
-     << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "")
+     << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "") << (rope ? " rope" : "")
      << (sample_rows.empty() ? "" : " sampled rows") << " seed=" << base_seed() << "]";
   return os.str();
 }
@@ -88,6 +89,7 @@ std::vector<T> to_bshd(const std::vector<T>& x, int batch, int heads, int seqlen
 // The buffers of one run in the lesson's memory, with the params that point into them.
 struct Run {
   Buffer q, k, v, o, lse;
+  Buffer rope_cos, rope_sin;  // only for RoPE cases
   AttnParams p;
 };
 
@@ -124,6 +126,16 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
   p.o = r.o.data();
   p.lse = static_cast<float*>(r.lse.data());
   set_contiguous_strides(p);
+  if (c.rope) {
+    const RopeTables t = rope_tables(c.seqlen_k, c.head_dim);
+    r.rope_cos = Buffer(lesson.memory, t.cos.size() * 4, "rope_cos");
+    r.rope_sin = Buffer(lesson.memory, t.sin.size() * 4, "rope_sin");
+    r.rope_cos.upload(t.cos.data(), t.cos.size() * 4);
+    r.rope_sin.upload(t.sin.data(), t.sin.size() * 4);
+    p.rope_cos = static_cast<const float*>(r.rope_cos.data());
+    p.rope_sin = static_cast<const float*>(r.rope_sin.data());
+    p.rope_positions = t.positions;
+  }
   if (c.bshd) {
     auto bshd = [&](int heads, int seqlen) {
       return Strides{int64_t(seqlen) * heads * c.head_dim, c.head_dim, int64_t(heads) * c.head_dim};
@@ -146,6 +158,22 @@ void execute(const LessonInfo& lesson, Run& r) {
   run_forward(lesson, r.p);
   sync(lesson);
   for (const Buffer* b : {&r.q, &r.k, &r.v, &r.o, &r.lse}) b->check_guards();
+  if (r.p.rope_cos != nullptr) r.rope_cos.check_guards(), r.rope_sin.check_guards();
+}
+
+// What the reference is given. With RoPE, Q and K rotated and rounded to the storage type: every
+// kernel rounds the rotated values to 16 bits before its tensor-core products, so the reference
+// runs on those rounded values (COURSE.md, Tests: the same rounded inputs the kernel multiplies).
+// The rotation is the course's definition, bit for bit (fa::rope_rotate_rounded). Rotated in fp64
+// instead, about one value in 4000 rounds to the neighbouring 16-bit value, and a
+// 1-ulp change of one element moves a score by up to ~1e-4: the whole LSE tolerance.
+ref::Inputs reference_inputs(const Case& c, const Inputs& in) {
+  ref::Inputs r = in.values;
+  if (!c.rope) return r;
+  const RopeTables t = rope_tables(c.seqlen_k, c.head_dim);
+  rope_rotate_rounded(r.q, c.head_dim, c.seqlen_q, c.seqlen_k - c.seqlen_q, t, c.dtype);
+  rope_rotate_rounded(r.k, c.head_dim, c.seqlen_k, 0, t, c.dtype);
+  return r;
 }
 
 bool all_bytes(const Buffer& b, uint8_t value) {
@@ -350,7 +378,7 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
       lse.swap(ls);
       dims_o[2] = dims_l[2] = n;
     }
-    const ref::Forward want = ref::forward(prob, in.values, c.sample_rows.empty() ? nullptr : &c.sample_rows);
+    const ref::Forward want = ref::forward(prob, reference_inputs(c, in), c.sample_rows.empty() ? nullptr : &c.sample_rows);
     const std::vector<std::string> names_o{"b", "h", c.sample_rows.empty() ? "i" : "sampled row", "d"};
     const CompareReport ro = compare("O", o, want.o, otol, dims_o, names_o);
     const CompareReport rl = compare("LSE", lse, want.lse, ltol, dims_l, {names_o[0], names_o[1], names_o[2]});

@@ -29,6 +29,7 @@ struct Case {
   bool causal = false;
   Pattern pattern = Pattern::kRandn;
   bool bshd = false;              // store tensors as (batch, seqlen, heads, head_dim) through strides
+  bool rope = false;              // RoPE on Q and K: fp32 tables (fa::rope_tables, base 10000) of seqlen_k positions
   std::vector<int> sample_rows;   // compare only these query rows (large problems); empty: all
   std::string describe() const;
   ref::Problem problem() const;

@@ -64,6 +64,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The inverse of pack2: the two 16-bit values of a register as floats, the low half first.
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t r) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&r));
+  } else {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+  }
+}
+
 // 2^x by the MUFU.EX2 unit alone (ex2.approx.ftz: about 2 ulp, results below 2^-126 flushed to 0).
 // exp2f without --use_fast_math adds range tests and a rescale around it for subnormal results,
 // which cost instructions and, in a kernel that holds 200+ live registers, registers too.
