@@ -67,10 +67,11 @@ __host__ __device__ constexpr PairTask pair_task(int thread, int step, int threa
 }
 
 // Where a chunk's partner lies in a swizzled tile (lesson 08's tile_offset): for a column c in
-// the first half, tile_offset(r, c + D/2, D) == tile_offset(r, c, D) ^ (D/2). The swizzle only
-// XORs the 3 low bits of the chunk index, so the half-row bit (chunk D/16) passes through it
-// untouched: the partner of a chunk is the same chunk with one bit flipped. One XOR instead of a
-// second address register per chunk (tests/lesson09_test.cpp checks the identity on every cell).
+// the first half, tile_offset(r, c + D/2, D) == tile_offset(r, c, D) ^ (D/2). The partner's chunk
+// index is the chunk's with the half-row bit (D/16) set, and the swizzle is an XOR too: at
+// D = 128 that bit lies above the swizzle's 3 bits, at D = 64 among them, and either way the two
+// XORs commute, so the partner is the same swizzled chunk with that one bit flipped. One XOR
+// instead of a second address register per chunk (tests/lesson09_test.cpp checks every cell).
 __host__ __device__ constexpr int partner_offset(int offset, int D) { return offset ^ (D / 2); }
 
 }  // namespace lesson09
