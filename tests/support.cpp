@@ -90,6 +90,7 @@ std::vector<T> to_bshd(const std::vector<T>& x, int batch, int heads, int seqlen
 struct Run {
   Buffer q, k, v, o, lse;
   Buffer rope_cos, rope_sin;  // only for RoPE cases
+  RopeTables rope;            // their host copy, for the reference
   AttnParams p;
 };
 
@@ -127,7 +128,7 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
   p.lse = static_cast<float*>(r.lse.data());
   set_contiguous_strides(p);
   if (c.rope) {
-    const RopeTables t = rope_tables(c.seqlen_k, c.head_dim);
+    const RopeTables& t = r.rope = rope_tables(c.seqlen_k, c.head_dim);
     r.rope_cos = Buffer(lesson.memory, t.cos.size() * 4, "rope_cos");
     r.rope_sin = Buffer(lesson.memory, t.sin.size() * 4, "rope_sin");
     r.rope_cos.upload(t.cos.data(), t.cos.size() * 4);
@@ -167,10 +168,9 @@ void execute(const LessonInfo& lesson, Run& r) {
 // The rotation is the course's definition, bit for bit (fa::rope_rotate_rounded). Rotated in fp64
 // instead, about one value in 4000 rounds to the neighbouring 16-bit value, and a
 // 1-ulp change of one element moves a score by up to ~1e-4: the whole LSE tolerance.
-ref::Inputs reference_inputs(const Case& c, const Inputs& in) {
+ref::Inputs reference_inputs(const Case& c, const Inputs& in, const RopeTables& t) {
   ref::Inputs r = in.values;
   if (!c.rope) return r;
-  const RopeTables t = rope_tables(c.seqlen_k, c.head_dim);
   rope_rotate_rounded(r.q, c.head_dim, c.seqlen_q, c.seqlen_k - c.seqlen_q, t, c.dtype);
   rope_rotate_rounded(r.k, c.head_dim, c.seqlen_k, 0, t, c.dtype);
   return r;
@@ -378,7 +378,7 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
       lse.swap(ls);
       dims_o[2] = dims_l[2] = n;
     }
-    const ref::Forward want = ref::forward(prob, reference_inputs(c, in), c.sample_rows.empty() ? nullptr : &c.sample_rows);
+    const ref::Forward want = ref::forward(prob, reference_inputs(c, in, r.rope), c.sample_rows.empty() ? nullptr : &c.sample_rows);
     const std::vector<std::string> names_o{"b", "h", c.sample_rows.empty() ? "i" : "sampled row", "d"};
     const CompareReport ro = compare("O", o, want.o, otol, dims_o, names_o);
     const CompareReport rl = compare("LSE", lse, want.lse, ltol, dims_l, {names_o[0], names_o[1], names_o[2]});

@@ -146,7 +146,8 @@ double median(std::vector<double> v) {
 // Validates rows of head (b, h) of the lesson's output against the fp64 reference on the same
 // inputs. Returns "" when they match, else the comparison's report.
 std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
-                          const fa::Buffer& o, const fa::Buffer& lse, int b, int h, double* max_err) {
+                          const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables, int b, int h,
+                          double* max_err) {
   const size_t head = size_t(b) * p.heads_q + h;
   auto head_values = [&](const fa::Buffer& buf, size_t index, int rows) {
     std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
@@ -161,7 +162,6 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
   fa::ref::Inputs in{head_values(q, head, p.seqlen_q), head_values(k, head, p.seqlen_k), head_values(v, head, p.seqlen_k), {}};
   if (p.rope_cos != nullptr) {
     // RoPE: rotated and rounded as the kernel's tensor cores see them (fa::rope_rotate_rounded).
-    const fa::RopeTables tables = fa::rope_tables(p.seqlen_k, p.head_dim);
     fa::rope_rotate_rounded(in.q, p.head_dim, p.seqlen_q, p.seqlen_k - p.seqlen_q, tables, p.dtype);
     fa::rope_rotate_rounded(in.k, p.head_dim, p.seqlen_k, 0, tables, p.dtype);
   }
@@ -227,8 +227,9 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   p.lse = static_cast<float*>(lse.data());
   fa::set_contiguous_strides(p);
   fa::Buffer rope_cos, rope_sin;
+  fa::RopeTables tables;  // host copy of the tables, for validate_head
   if (o.rope) {
-    const fa::RopeTables tables = fa::rope_tables(seqlen, d);
+    tables = fa::rope_tables(seqlen, d);
     rope_cos = fa::Buffer(fa::Memory::kDevice, tables.cos.size() * 4, "rope_cos");
     rope_sin = fa::Buffer(fa::Memory::kDevice, tables.sin.size() * 4, "rope_sin");
     rope_cos.upload(tables.cos.data(), tables.cos.size() * 4);
@@ -243,8 +244,8 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     fa::run_forward(lesson, p);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
-    std::string bad = validate_head(p, q, k, v, out, lse, 0, 0, &row.max_err);
-    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, p.batch - 1, p.heads_q - 1, &row.max_err);
+    std::string bad = validate_head(p, q, k, v, out, lse, tables, 0, 0, &row.max_err);
+    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, p.batch - 1, p.heads_q - 1, &row.max_err);
     if (!bad.empty()) {
       row.status = "WRONG: " + bad;
       return row;
