@@ -1,12 +1,13 @@
 # The one CMake helper per lesson, and the one helper per test executable.
 #
-#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [MODEL] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
+#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
 #
 # builds ${FA_LESSONS_DIR}/<NN>_<name>/*.{cu,cpp} into the library lesson<NN> (linked with the
 # runtime, never with the reference), and its tests labelled lesson<NN>:
 #   FORWARD_SUITE  the shared forward suite (tests/forward_suite.cpp) run on this lesson
+#   BACKWARD_SUITE the shared backward suite (tests/backward_suite.cpp) run on this lesson
 #   MODEL          the lesson also has a CPU model of its kernel (fa_lesson_<NN>_model, host
-#                  memory): the same forward suite runs on it, without a GPU
+#                  memory): the same suites run on it, without a GPU
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
 #   ARCH           a CUDA architecture the lesson needs (e.g. 90a): used for this lesson alone
@@ -52,7 +53,7 @@ function(fa_lesson_binding_defines out getter nn)
 endfunction()
 
 function(fa_add_lesson nn name)
-  cmake_parse_arguments(L "FORWARD_SUITE;MODEL" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
+  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
   set(id ${nn}_${name})
   set(label lesson${nn})
   set(dir ${FA_LESSONS_DIR}/${id})
@@ -107,19 +108,26 @@ function(fa_add_lesson nn name)
   target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
   set(targets ${label})
 
-  # Up to four test executables: the shared forward suite on the lesson (GPU or not, like the
-  # lesson) and on its CPU model, and the lesson's own CPU and GPU tests.
+  # Up to four test executables: the shared suites on the lesson (GPU or not, like the lesson)
+  # and on its CPU model, and the lesson's own CPU and GPU tests.
   set(binding ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp)
   set(src_forward "")
   set(src_model "")
+  set(suites "")
   if(L_FORWARD_SUITE)
+    list(APPEND suites fa_forward_suite)
+  endif()
+  if(L_BACKWARD_SUITE)
+    list(APPEND suites fa_backward_suite)
+  endif()
+  if(suites)
     set(src_forward ${binding})
   endif()
   if(L_MODEL)
     set(src_model ${binding})
   endif()
-  set(libs_forward fa_forward_suite)
-  set(libs_model fa_forward_suite)
+  set(libs_forward ${suites})
+  set(libs_model ${suites})
   set(libs_cpu "")
   set(libs_gpu "")
   set(src_cpu ${L_CPU_TESTS} ${binding})
@@ -193,14 +201,17 @@ endfunction()
 # rejects that mutant by a numerical failure (exit 1 with a MISMATCH report; a crash, a hang or
 # "not implemented" proves nothing), plus a control run with FA_MUTANT=none that must pass.
 function(fa_add_mutants name)
-  cmake_parse_arguments(M "NO_CONTROL" "KIND;LESSON;GETTER" "SOURCES;MUTANTS" ${ARGN})
+  cmake_parse_arguments(M "NO_CONTROL" "KIND;LESSON;GETTER;SUITE" "SOURCES;MUTANTS" ${ARGN})
+  if(NOT M_SUITE)
+    set(M_SUITE forward)
+  endif()
   set(target mutants_${name})
   add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp ${M_SOURCES})
   set(kind cpu)
   if(M_KIND STREQUAL "gpu")
     set(kind gpu)
   endif()
-  target_link_libraries(${target} PRIVATE fa_forward_suite fa_test_main_${kind} doctest::doctest fa_runtime
+  target_link_libraries(${target} PRIVATE fa_${M_SUITE}_suite fa_test_main_${kind} doctest::doctest fa_runtime
                         fa_reference fa_test_support)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   fa_lesson_binding_defines(binding_defines ${M_GETTER} ${M_LESSON})
@@ -220,7 +231,8 @@ function(fa_add_mutants name)
   endforeach()
 endfunction()
 
-# fa_add_patch_mutants(): one test per tests/mutants/*.mutant. fa-mutate applies the mutant's
+# fa_add_patch_mutants(): one test per tests/mutants/*.mutant (header lines: lesson:, file:, and
+# optionally tests: and suite:). fa-mutate applies the mutant's
 # edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
 # suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
 # CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
@@ -230,7 +242,7 @@ function(fa_add_patch_mutants)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
   foreach(spec IN LISTS specs)
     get_filename_component(name ${spec} NAME_WE)
-    file(STRINGS ${spec} head LIMIT_COUNT 3 REGEX "^(lesson|file|tests): ")
+    file(STRINGS ${spec} head LIMIT_COUNT 4 REGEX "^(lesson|file|tests|suite): ")
     string(REGEX MATCH "lesson: ([0-9][0-9])_[a-z0-9_]+" _ "${head}")
     set(nn ${CMAKE_MATCH_1})
     string(REGEX MATCH "lesson: ([0-9a-z_]+)" _ "${head}")
@@ -258,7 +270,13 @@ function(fa_add_patch_mutants)
     if(CMAKE_MATCH_1)
       set(extra ${PROJECT_SOURCE_DIR}/tests/${CMAKE_MATCH_1})
     endif()
-    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SOURCES ${out} ${extra} MUTANTS ${name} NO_CONTROL)
+    # "suite: backward": the backward suite judges the mutant (lessons 10 on), not the forward one.
+    set(suite forward)
+    string(REGEX MATCH "suite: ([a-z]+)" _ "${head}")
+    if(CMAKE_MATCH_1)
+      set(suite ${CMAKE_MATCH_1})
+    endif()
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(NOT one_arch STREQUAL "native")

@@ -17,6 +17,12 @@ memory) gets a "skipped: ..." row. Exit 1 if any case is WRONG. Needs PyTorch 2.
 PyTorch (eager: the usual few elementwise ops; compiled: the same function through torch.compile,
 one fused kernel), then the backend runs on the rotated tensors; the lesson column gets a
 "_rope_eager" or "_rope_compiled" suffix and the check rotates in fp64 first.
+
+--bwd times the backward (lessons 10-11's peers): the forward runs once, then each timed call is
+torch.autograd.grad of the output with a random dO (the backend's backward kernels alone: no
+gradient accumulation into .grad). The lesson column gets a "_bwd" suffix; dQ, dK and dV of head
+(0, 0) are checked against fp64 autograd on the GPU with the course's gradient tolerance
+(runtime/compare.cpp: 4u max|ref| + 2u |ref|); TFLOP/s count 2.5x the forward's FLOPs.
 """
 import argparse
 import contextlib
@@ -52,6 +58,7 @@ def parse():
     ap.add_argument("--max-seconds", type=float, default=20, help="per case: stop timing after this long, "
                     "with at least 3 timed runs (default 20)")
     ap.add_argument("--rope", choices=["eager", "compiled"], help="rotate Q and K with RoPE before attention")
+    ap.add_argument("--bwd", action="store_true", help="time the backward (2.5x the forward's FLOPs)")
     a = ap.parse_args()
     for b in a.backends:
         if b not in LESSON:
@@ -150,6 +157,29 @@ def check_head(o, q, k, v, b, h, causal, scale, dtype):
                      f"(allowed {allowed[row, d].item():.3g})")
 
 
+UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}  # u, as runtime/compare.cpp's gradient_tolerance
+
+
+def check_gradients(grads, q, k, v, dout, causal, scale, dtype):
+    """(max abs error, "" or what is wrong) for dQ, dK, dV of head (0, 0) against fp64 autograd."""
+    q64, k64, v64 = (x[0, 0].double().requires_grad_() for x in (q, k, v))
+    s = q64 @ k64.T * scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v64
+    want = torch.autograd.grad(o, (q64, k64, v64), dout[0, 0].double())
+    u, worst, bad = UNIT[dtype], 0.0, []
+    for name, g, w in zip(("dQ", "dK", "dV"), grads, want):
+        err = (g[0, 0].double() - w).abs()
+        allowed = 4 * u * w.abs().max() + 2 * u * w.abs()
+        worst = max(worst, err.max().item())
+        nbad = int((~(err <= allowed)).sum())
+        if nbad:
+            bad.append(f"{name}: {nbad} of {err.numel()} values off (max error {err.max().item():.3g})")
+    return worst, "; ".join(bad)
+
+
 def time_ms(fn, flush):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ms, wall0 = [], time.monotonic()
@@ -167,7 +197,7 @@ def time_ms(fn, flush):
 
 
 def run_case(backend, dtype, d, causal, n, flush):
-    lesson = LESSON[backend] + (f"_rope_{args.rope}" if args.rope else "")
+    lesson = LESSON[backend] + (f"_rope_{args.rope}" if args.rope else "") + ("_bwd" if args.bwd else "")
     row = dict(lesson=lesson, dtype=dtype, head_dim=d, causal=causal, batch=max(1, args.tokens // n),
                heads=args.width // d, seqlen=n, ms=None, tflops=None, max_abs_err=None, status="ok")
     caught = []
@@ -197,9 +227,26 @@ def run_case(backend, dtype, d, causal, n, flush):
             if bad:
                 row["status"] = "WRONG: " + bad[0]
                 return row
-            row["ms"] = time_ms(fn, flush)
+            if args.bwd:
+                del o
+                for x in (q, k, v):
+                    x.requires_grad_()
+                out = fn()  # the forward once, with its graph; each timed call is its backward
+                dout = torch.randn(shape, generator=g, device="cuda", dtype=DTYPE[dtype])
+                bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+                grads = bwd()
+                torch.cuda.synchronize()
+                err, why = check_gradients(grads, q.detach(), k.detach(), v.detach(), dout, causal, scale, dtype)
+                row["max_abs_err"] = err
+                if why:
+                    row["status"] = "WRONG: " + why
+                    return row
+                del grads
+                row["ms"] = time_ms(bwd, flush)
+            else:
+                row["ms"] = time_ms(fn, flush)
         pairs = n * n if not causal else n * (n + 1) // 2  # the course counts visible pairs only
-        row["tflops"] = 4.0 * d * pairs * row["batch"] * row["heads"] / (row["ms"] * 1e-3) / 1e12
+        row["tflops"] = (2.5 if args.bwd else 1.0) * 4.0 * d * pairs * row["batch"] * row["heads"] / (row["ms"] * 1e-3) / 1e12
     except Exception as e:  # not supported, not built, out of memory: a row that says so
         why = [str(w.message).strip() for w in caught if not str(w.message).strip().endswith("because:")]
         reason = (why + str(e).strip().splitlines() + [type(e).__name__])[0]
@@ -211,7 +258,7 @@ def print_row(r):
     fmt = lambda x, f: "-" if x is None else format(x, f)
     bh = f"{r['batch']}x{r['heads']}"
     ms, tflops, err = fmt(r["ms"], ".3f"), fmt(r["tflops"], ".2f"), fmt(r["max_abs_err"], ".2e")
-    print(f"{r['lesson']:<16} {r['dtype']:<5} {r['head_dim']:>4} {r['causal']:>6} {bh:>9} {r['seqlen']:>6} "
+    print(f"{r['lesson']:<18} {r['dtype']:<5} {r['head_dim']:>4} {r['causal']:>6} {bh:>9} {r['seqlen']:>6} "
           f"{ms:>10} {tflops:>9} {err:>9}  {r['status']}", flush=True)
 
 

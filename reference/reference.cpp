@@ -233,6 +233,45 @@ Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>
   return g;
 }
 
+SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::vector<double>& dout,
+                               const std::vector<double>& o, const std::vector<double>& lse,
+                               const std::vector<int>& q_rows, const std::vector<int>& k_rows) {
+  p.check();
+  if (p.varlen() || p.batch != 1 || p.heads_q != 1 || p.heads_kv != 1 || p.rope_base > 0 || p.gate)
+    throw std::invalid_argument("reference: backward_rows takes one dense head without RoPE or gate");
+  const int lq = p.seqlen_q, lk = p.seqlen_k, D = p.head_dim;
+  const double scale = p.softmax_scale();
+  auto mat = [&](const std::vector<double>& t, int rows) { return Eigen::Map<const Mat>(t.data(), rows, D); };
+  const auto q = mat(in.q, lq), k = mat(in.k, lk), v = mat(in.v, lk), dO = mat(dout, lq), O = mat(o, lq);
+  const Vec delta = (dO.array() * O.array()).rowwise().sum();
+  // dS_ij = P_ij (dO_i . v_j - D_i), with P from the saved LSE (0 when masked or LSE = +inf).
+  auto ds = [&](int i, int j, double* prob) {
+    *prob = 0;
+    if ((p.causal && !visible(i, j, lq, lk)) || std::isinf(lse[i])) return 0.0;
+    *prob = std::exp(scale * q.row(i).dot(k.row(j)) - lse[i]);
+    return *prob * (dO.row(i).dot(v.row(j)) - delta(i));
+  };
+  SampledGradients g;
+  for (int i : q_rows) {
+    Vec acc = Vec::Zero(D);
+    double prob;
+    for (int j = 0; j < lk; ++j) acc += ds(i, j, &prob) * k.row(j).transpose();
+    for (int d = 0; d < D; ++d) g.dq.push_back(scale * acc(d));
+  }
+  for (int j : k_rows) {
+    Vec ak = Vec::Zero(D), av = Vec::Zero(D);
+    for (int i = 0; i < lq; ++i) {
+      double prob;
+      const double s = ds(i, j, &prob);
+      ak += s * q.row(i).transpose();
+      av += prob * dO.row(i).transpose();
+    }
+    for (int d = 0; d < D; ++d) g.dk.push_back(scale * ak(d));
+    for (int d = 0; d < D; ++d) g.dv.push_back(av(d));
+  }
+  return g;
+}
+
 RopeTables rope_tables(int positions, int head_dim, double base) {
   RopeTables t;
   t.positions = positions;

@@ -55,6 +55,17 @@ struct Gradients {
 // Gradients of L = sum(dout * O) with respect to q, k, v and g.
 Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>& dout);
 
+// Gradients of sampled rows of one dense head (batch = heads_q = heads_kv = 1, no RoPE or gate)
+// from the forward's saved outputs, the way a backward kernel uses them: P_ij = exp(s_ij - lse_i)
+// and D_i = dout_i . o_i with the given o and lse. dq for query rows q_rows, dk and dv for key rows
+// k_rows, (rows, head_dim) each. O(N head_dim) per row: fa-bench checks 16k-long problems with it.
+struct SampledGradients {
+  std::vector<double> dq, dk, dv;
+};
+SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::vector<double>& dout,
+                               const std::vector<double>& o, const std::vector<double>& lse,
+                               const std::vector<int>& q_rows, const std::vector<int>& k_rows);
+
 // Is key j visible to query i? Bottom-right aligned: j <= i + (seqlen_k - seqlen_q).
 inline bool visible(int i, int j, int seqlen_q, int seqlen_k) { return j <= i + (seqlen_k - seqlen_q); }
 

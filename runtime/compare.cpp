@@ -22,8 +22,25 @@ Tolerance lse_tolerance() {
   return {1e-4, 1e-5, "fp32 LSE: a few fp32 ulps of the logits"};
 }
 
+// Gradients: sums of many terms that can cancel (dQ of a row whose keys are all equal is exactly
+// 0), so an error bound is relative to the size of the terms, not of the result. A backward kernel
+// rounds P to 16 bits before dV = P^T dO, and dS (whose terms dP and D come from the stored,
+// rounded O) before dK = dS^T Q and dQ = dS K: each term of those sums moves by at most about 2u
+// of its size (u = 2^-11 fp16, 2^-8 bf16). So element e may be off by 4u * mag_e (2x margin), mag
+// being the same sum over |terms| (tests/support.cpp computes it), plus 2u |ref| for the output's
+// own rounding.
+double gradient_unit(DType t) { return t == DType::kF16 ? 0x1p-11 : 0x1p-8; }
+
+Tolerance gradient_tolerance(DType t, double ref_max_abs) {
+  const double u = gradient_unit(t);
+  return {4 * u * ref_max_abs, 2 * u,
+          t == DType::kF16 ? "fp16 gradient: P and dS rounded to 16 bits + output rounding; atol 4u max|ref|, rtol 2u (u = 2^-11)"
+                           : "bf16 gradient: P and dS rounded to 16 bits + output rounding; atol 4u max|ref|, rtol 2u (u = 2^-8)"};
+}
+
 CompareReport compare(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
-                      const Tolerance& tol, const std::vector<int>& dims, const std::vector<std::string>& dim_names) {
+                      const Tolerance& tol, const std::vector<int>& dims, const std::vector<std::string>& dim_names,
+                      const std::vector<double>* atol_each) {
   CompareReport r;
   r.count = want.size();
   double worst_ratio = -1;
@@ -34,7 +51,7 @@ CompareReport compare(const std::string& what, const std::vector<double>& got, c
   }
   for (size_t i = 0; i < want.size(); ++i) {
     const double g = got[i], w = want[i];
-    double err, allowed = tol.atol + tol.rtol * std::fabs(w), ratio;
+    double err, allowed = tol.atol + (atol_each ? (*atol_each)[i] : 0.0) + tol.rtol * std::fabs(w), ratio;
     bool bad;
     if (std::isnan(g)) {
       ++r.n_nan;
@@ -82,8 +99,9 @@ CompareReport compare(const std::string& what, const std::vector<double>& got, c
   if (r.ok) {
     os << what << " within tolerance: max abs error " << r.max_abs_err << " over " << r.count << " elements";
   } else {
-    os << what << " MISMATCH: " << r.n_bad << " of " << r.count << " elements outside |got - want| <= " << tol.atol
-       << " + " << tol.rtol << " * |want| [" << tol.reason << "]; " << r.n_nan << " NaN, " << r.n_inf
+    os << what << " MISMATCH: " << r.n_bad << " of " << r.count << " elements outside |got - want| <= "
+       << (atol_each ? "atol_e" : std::to_string(tol.atol)) << " + " << tol.rtol << " * |want| [" << tol.reason << "]; "
+       << r.n_nan << " NaN, " << r.n_inf
        << " inf in the output\n"
        << "    worst at " << idx.str() << ": got " << r.worst_got << ", want " << r.worst_want << ", error "
        << r.worst_err << " (allowed " << r.worst_allowed << ")";

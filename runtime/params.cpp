@@ -49,4 +49,9 @@ void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t str
   lesson.forward(p, stream);
 }
 
+void run_backward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream) {
+  validate_backward(lesson, p);
+  lesson.backward(p, stream);
+}
+
 }  // namespace fa

@@ -136,4 +136,31 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
   }
 }
 
+void validate_backward(const LessonInfo& lesson, const AttnParams& p) {
+  const Checker c(lesson);
+  if (lesson.backward == nullptr) c.fail("has no backward entry point (backward starts at lesson 10)");
+  validate_forward(lesson, p);  // the shapes, q, k, v, o (now an input) and lse
+  for (auto [ptr, name] : {std::pair<const void*, const char*>{p.dout, "dout"}, {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"}})
+    c.pointer(ptr, name);
+  if (p.is_varlen()) {
+    c.view(p.do_stride, 1, p.heads_q, p.total_q, p.head_dim, "dout");
+    c.view(p.dq_stride, 1, p.heads_q, p.total_q, p.head_dim, "dq");
+    c.view(p.dk_stride, 1, p.heads_kv, p.total_k, p.head_dim, "dk");
+    c.view(p.dv_stride, 1, p.heads_kv, p.total_k, p.head_dim, "dv");
+  } else {
+    const Strides want_q{int64_t(p.heads_q) * p.seqlen_q * p.head_dim, int64_t(p.seqlen_q) * p.head_dim, p.head_dim};
+    const Strides want_k{int64_t(p.heads_kv) * p.seqlen_k * p.head_dim, int64_t(p.seqlen_k) * p.head_dim, p.head_dim};
+    c.view(p.do_stride, p.batch, p.heads_q, p.seqlen_q, p.head_dim, "dout");
+    c.view(p.dq_stride, p.batch, p.heads_q, p.seqlen_q, p.head_dim, "dq");
+    c.view(p.dk_stride, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, "dk");
+    c.view(p.dv_stride, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, "dv");
+    c.contiguous(p.do_stride, want_q, "dout");
+    c.contiguous(p.dq_stride, want_q, "dq");
+    c.contiguous(p.dk_stride, want_k, "dk");
+    c.contiguous(p.dv_stride, want_k, "dv");
+  }
+  if (p.gate != nullptr && p.dgate == nullptr) c.fail("dgate is a null pointer (the gate's gradient is an output)");
+  if (p.gate == nullptr && p.dgate != nullptr) c.fail("dgate is given without a gate");
+}
+
 }  // namespace fa

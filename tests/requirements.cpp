@@ -27,6 +27,9 @@ Requirements rope_forward() {
   return r;
 }
 
+// Lessons 10-11, the backward: the core's shapes and dtypes, gradients instead of outputs.
+Requirements core_backward() { return core_forward(); }
+
 }  // namespace
 
 const Requirements& required_for(int lesson) {
@@ -41,6 +44,8 @@ const Requirements& required_for(int lesson) {
       {7, core_forward()},  // tensor cores (mma.sync)
       {8, core_forward()},  // pipelining (cp.async, swizzle)
       {9, rope_forward()},  // RoPE fused (the forward suite runs without RoPE; lesson09 tests with it)
+      {10, core_backward()},  // backward, clear (and its CPU model)
+      {11, core_backward()},  // backward, fast (mma.sync)
   };
   const auto it = table.find(lesson);
   if (it == table.end())

@@ -89,6 +89,7 @@ std::vector<T> to_bshd(const std::vector<T>& x, int batch, int heads, int seqlen
 // The buffers of one run in the lesson's memory, with the params that point into them.
 struct Run {
   Buffer q, k, v, o, lse;
+  Buffer dout, dq, dk, dv;    // only for backward runs
   Buffer rope_cos, rope_sin;  // only for RoPE cases
   RopeTables rope;            // their host copy, for the reference
   AttnParams p;
@@ -280,6 +281,244 @@ Outcome guarded(const Case& c, F&& body) {
   }
 }
 
+
+// ---- Backward ------------------------------------------------------------------------------
+// A backward run's inputs besides q, k, v: the forward's outputs from the fp64 reference (O
+// rounded to the storage type, the LSE in fp32: what a correct forward stores) and a random dO.
+// Taking them from the reference, not from a lesson's forward, keeps a backward failure the
+// backward's own; the forward suites check the forward.
+struct BackwardInputs {
+  std::vector<uint16_t> o, dout;  // storage bits, (batch, heads_q, seqlen_q, head_dim)
+  std::vector<float> lse;
+  std::vector<double> dout_values;
+  BackwardInputs(const Case& c, const Inputs& in) {
+    const ref::Forward f = ref::forward(c.problem(), in.values);
+    std::vector<double> unused;
+    round_to(c.dtype, f.o, o, unused);
+    lse.assign(f.lse.begin(), f.lse.end());
+    Rng rng(seed_for(c.describe() + " dout"));
+    std::vector<double> raw(f.o.size());
+    for (double& x : raw) x = rng.normal();
+    round_to(c.dtype, raw, dout, dout_values);
+  }
+};
+
+Run prepare_backward(const LessonInfo& lesson, const Case& c, const Inputs& in, const BackwardInputs& bi) {
+  Run r = prepare(lesson, c, in);
+  const size_t nq = in.q.size() * 2, nk = in.k.size() * 2;
+  r.dout = Buffer(lesson.memory, nq, "dout");
+  r.dq = Buffer(lesson.memory, nq, "dq");
+  r.dk = Buffer(lesson.memory, nk, "dk");
+  r.dv = Buffer(lesson.memory, nk, "dv");
+  auto layout = [&](const std::vector<uint16_t>& x) {
+    return c.bshd ? to_bshd(x, c.batch, c.heads_q, c.seqlen_q, c.head_dim) : x;
+  };
+  r.o.upload(layout(bi.o).data(), nq);
+  r.dout.upload(layout(bi.dout).data(), nq);
+  r.lse.upload(bi.lse.data(), bi.lse.size() * 4);
+  AttnParams& p = r.p;
+  p.dout = r.dout.data();
+  p.dq = r.dq.data();
+  p.dk = r.dk.data();
+  p.dv = r.dv.data();
+  p.do_stride = p.dq_stride = p.q_stride;
+  p.dk_stride = p.dv_stride = p.k_stride;
+  return r;
+}
+
+void execute_backward(const LessonInfo& lesson, Run& r) {
+  for (Buffer* b : {&r.dq, &r.dk, &r.dv}) b->poison();
+  sync(lesson);
+  run_backward(lesson, r.p);
+  sync(lesson);
+  for (const Buffer* b : {&r.q, &r.k, &r.v, &r.o, &r.lse, &r.dout, &r.dq, &r.dk, &r.dv}) b->check_guards();
+}
+
+// A gradient read back as fp64 in the (batch, heads, seqlen, head_dim) layout.
+std::vector<double> gradient(const Case& c, const Buffer& buf, bool q_side) {
+  std::vector<uint16_t> bits = buf.to_host<uint16_t>();
+  const int heads = q_side ? c.heads_q : c.heads_kv, seqlen = q_side ? c.seqlen_q : c.seqlen_k;
+  if (c.bshd) bits = to_bshd(bits, c.batch, heads, seqlen, c.head_dim, true);
+  std::vector<double> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_storage(c.dtype, bits[i]);
+  return out;
+}
+
+float round_as(DType t, float x) { return static_cast<float>(from_storage(t, to_storage(t, x))); }
+
+// The naive same-precision computation of FlashAttention-2's rule: standard attention as a
+// framework computes it in fp16/bf16 (fp32 accumulation, every materialised matrix rounded to the
+// storage type): S, P, O, dP, dS and the gradients. Its error against the fp64 reference is what
+// 16-bit storage costs anyway; a kernel may be a small multiple of it, not more.
+// Alongside, `mag`: for every gradient element the sum of the sizes of its terms, the scale of its
+// rounding error (runtime/compare.cpp): with A_ij = P_ij (sum_d |dO_id| |v_jd| + sum_d |dO_id| |O_id|)
+// the size of dS_ij's terms, mag(dQ) = scale A |K|, mag(dK) = scale A^T |Q|, mag(dV) = P^T |dO|.
+// A visible P_ij and A_ij count as at least nu, the storage type's smallest normal number: below
+// it fp16 rounds with an absolute error of half a subnormal step (2^-25), not a relative one.
+struct Naive {
+  ref::Gradients g, mag;
+};
+Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<double>& dout) {
+  const int D = c.head_dim, lq = c.seqlen_q, lk = c.seqlen_k, group = c.heads_q / c.heads_kv;
+  const float scale = static_cast<float>(default_scale(D));
+  const DType t = c.dtype;
+  std::vector<float> dq(in.q.size()), dk(in.k.size(), 0.f), dv(in.v.size(), 0.f);
+  std::vector<double> mq(in.q.size()), mk(in.k.size(), 0.0), mv(in.v.size(), 0.0);
+  std::vector<float> P(size_t(lq) * lk), dS(size_t(lq) * lk), O(size_t(lq) * D), dP(lk);
+  std::vector<double> A(size_t(lq) * lk), Pm(size_t(lq) * lk);
+  const double nu = t == DType::kF16 ? 0x1p-14 : 0x1p-126;
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads_q; ++h) {
+      const int hk = h / group;
+      const double* q = &in.q[at(b, h, 0, 0, c.heads_q, lq, D)];
+      const double* dO = &dout[at(b, h, 0, 0, c.heads_q, lq, D)];
+      const double* k = &in.k[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      const double* v = &in.v[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      for (int i = 0; i < lq; ++i) {
+        float* p = &P[size_t(i) * lk];
+        float mx = -INFINITY;
+        for (int j = 0; j < lk; ++j) {
+          if (c.causal && !ref::visible(i, j, lq, lk)) { p[j] = -INFINITY; continue; }
+          float acc = 0.f;
+          for (int d = 0; d < D; ++d) acc += float(q[size_t(i) * D + d]) * float(k[size_t(j) * D + d]);
+          p[j] = round_as(t, acc * scale);
+          mx = std::max(mx, p[j]);
+        }
+        float sum = 0.f;
+        for (int j = 0; j < lk; ++j) sum += (p[j] = mx == -INFINITY ? 0.f : std::exp(p[j] - mx));
+        for (int j = 0; j < lk; ++j) p[j] = sum > 0.f ? round_as(t, p[j] / sum) : 0.f;
+        double od = 0;  // sum_d |dO_id| |O_id|
+        for (int d = 0; d < D; ++d) {
+          float acc = 0.f;
+          for (int j = 0; j < lk; ++j) acc += p[j] * float(v[size_t(j) * D + d]);
+          O[size_t(i) * D + d] = round_as(t, acc);
+          od += std::fabs(dO[size_t(i) * D + d] * acc);
+        }
+        // dP = dO V^T (rounded), then the softmax backward in fp32: dS = P (dP - sum_j P dP).
+        float dot = 0.f;
+        for (int j = 0; j < lk; ++j) {
+          float acc = 0.f;
+          double mag = 0;
+          for (int d = 0; d < D; ++d) {
+            acc += float(dO[size_t(i) * D + d]) * float(v[size_t(j) * D + d]);
+            mag += std::fabs(dO[size_t(i) * D + d] * v[size_t(j) * D + d]);
+          }
+          dP[j] = round_as(t, acc);
+          dot += p[j] * dP[j];
+          const bool seen = !c.causal || ref::visible(i, j, lq, lk);
+          A[size_t(i) * lk + j] = seen ? std::max(nu, p[j] * (mag + od)) : 0.0;
+          Pm[size_t(i) * lk + j] = seen ? std::max(nu, double(p[j])) : 0.0;
+        }
+        for (int j = 0; j < lk; ++j) dS[size_t(i) * lk + j] = round_as(t, p[j] * (dP[j] - dot));
+      }
+      float* gq = &dq[at(b, h, 0, 0, c.heads_q, lq, D)];
+      float* gk = &dk[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      float* gv = &dv[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      double* aq = &mq[at(b, h, 0, 0, c.heads_q, lq, D)];
+      double* ak_ = &mk[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      double* av_ = &mv[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      for (int i = 0; i < lq; ++i)
+        for (int d = 0; d < D; ++d) {
+          float acc = 0.f;
+          double mag = 0;
+          for (int j = 0; j < lk; ++j) {
+            acc += dS[size_t(i) * lk + j] * float(k[size_t(j) * D + d]);
+            mag += A[size_t(i) * lk + j] * std::fabs(k[size_t(j) * D + d]);
+          }
+          gq[size_t(i) * D + d] = round_as(t, round_as(t, acc) * scale);
+          aq[size_t(i) * D + d] = scale * mag;
+        }
+      for (int j = 0; j < lk; ++j)
+        for (int d = 0; d < D; ++d) {
+          float ak = 0.f, av = 0.f;
+          double mk1 = 0, mv1 = 0;
+          for (int i = 0; i < lq; ++i) {
+            ak += dS[size_t(i) * lk + j] * float(q[size_t(i) * D + d]);
+            av += P[size_t(i) * lk + j] * float(dO[size_t(i) * D + d]);
+            mk1 += A[size_t(i) * lk + j] * std::fabs(q[size_t(i) * D + d]);
+            mv1 += Pm[size_t(i) * lk + j] * std::fabs(dO[size_t(i) * D + d]);
+          }
+          gk[size_t(j) * D + d] += round_as(t, round_as(t, ak) * scale);  // GQA: the heads' sum, in fp32
+          gv[size_t(j) * D + d] += round_as(t, av);
+          ak_[size_t(j) * D + d] += scale * mk1;
+          av_[size_t(j) * D + d] += mv1;
+        }
+    }
+  Naive n;
+  n.g.dq.assign(dq.begin(), dq.end());
+  for (float x : dk) n.g.dk.push_back(round_as(t, x));
+  for (float x : dv) n.g.dv.push_back(round_as(t, x));
+  n.mag.dq = std::move(mq);
+  n.mag.dk = std::move(mk);
+  n.mag.dv = std::move(mv);
+  return n;
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::isnan(a[i]) ? INFINITY : std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// The three checks of one gradient tensor. Elementwise against the sizes `mag` of its terms
+// (Naive): |got - ref| <= 4u mag_e + 2u |ref_e| (+ 2^-25 in fp16: half a subnormal step of the
+// output's rounding). The whole tensor's relative error ||got - ref|| / ||ref|| at most 4u, or
+// twice the naive 16-bit computation's where cancellation makes that one larger. FlashAttention-2's
+// rule: max error <= 3x the naive computation's (+ 2^-20 max mag: fp32 noise where the naive one
+// happens to be exact). Every failure says MISMATCH (tests/run_mutant.sh counts only numerical
+// rejections).
+bool check_gradient(const Case& c, const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                    const std::vector<double>& naive, const std::vector<double>& mag, bool q_side, std::string& text) {
+  const double u = gradient_unit(c.dtype);
+  std::vector<double> atol(mag.size());
+  for (size_t i = 0; i < mag.size(); ++i) atol[i] = 4 * u * mag[i];
+  const Tolerance tol{c.dtype == DType::kF16 ? 0x1p-25 : 0.0, 2 * u,
+                      c.dtype == DType::kF16 ? "fp16 gradient: atol_e = 4u mag_e (the sizes of its terms) + 2^-25, rtol 2u, u = 2^-11"
+                                             : "bf16 gradient: atol_e = 4u mag_e (the sizes of its terms), rtol 2u, u = 2^-8"};
+  const int heads = q_side ? c.heads_q : c.heads_kv, seqlen = q_side ? c.seqlen_q : c.seqlen_k;
+  const CompareReport r = compare(what, got, want, tol, {c.batch, heads, seqlen, c.head_dim}, {"b", "h", q_side ? "i" : "j", "d"}, &atol);
+  double err2 = 0, nerr2 = 0, ref2 = 0, mag2 = 0, dot = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::isnan(got[i]) ? INFINITY : got[i] - want[i];
+    err2 += e * e;
+    nerr2 += (naive[i] - want[i]) * (naive[i] - want[i]);
+    ref2 += want[i] * want[i];
+    mag2 += mag[i] * mag[i];
+    dot += got[i] * want[i];
+  }
+  const double err_norm = std::sqrt(err2), norm_bound = std::max(4 * u * std::sqrt(ref2), 2 * std::sqrt(nerr2)) + 0x1p-20 * std::sqrt(mag2);
+  const bool norm_ok = err_norm <= norm_bound;
+  const double err = max_abs_diff(got, want), naive_err = max_abs_diff(naive, want);
+  const double allowed = kNaiveErrorFactor * naive_err + 0x1p-20 * max_abs(mag);
+  std::ostringstream os;
+  os.precision(4);
+  os << "\n  " << r.text << "\n  " << what << (norm_ok ? " relative error " : " MISMATCH: relative error ");
+  if (ref2 > 0)
+    os << err_norm / std::sqrt(ref2) << (norm_ok ? " <= " : " > ") << norm_bound / std::sqrt(ref2)
+       << " (||got - ref|| / ||ref||; bound: 4u, or 2x the naive computation's " << std::sqrt(nerr2 / ref2) << ")";
+  else
+    os << "(ref is 0): ||got|| " << err_norm << (norm_ok ? " <= " : " > ") << norm_bound;
+  os << "\n  " << what << (err <= allowed ? " max error " : " MISMATCH: max error ") << err << (err <= allowed ? " <= " : " > ")
+     << kNaiveErrorFactor << " x the naive " << name(c.dtype) << " computation's " << naive_err << " (FlashAttention-2's rule)";
+  const bool ok = r.ok && norm_ok && err <= allowed;
+  if (!ok && ref2 > 0 && std::isfinite(dot)) {
+    // A wrong constant factor (the scale applied twice or not at all) leaves got = f * want.
+    const double f = dot / ref2;
+    double res2 = 0;
+    for (size_t i = 0; i < got.size(); ++i) res2 += (got[i] - f * want[i]) * (got[i] - f * want[i]);
+    if (std::fabs(f - 1) > 0.01 && res2 < 1e-4 * f * f * ref2)
+      os << "\n  hint: " << what << " is the right gradient times " << f << " (softmax scale " << default_scale(c.head_dim)
+         << "): is the scale applied twice, or not at all?";
+  }
+  text += os.str();
+  return ok;
+}
+
 }  // namespace
 
 Inputs make_inputs(const Case& c, uint64_t seed) {
@@ -405,22 +644,26 @@ Outcome check_deterministic(const LessonInfo& lesson, const Case& c) {
 }
 
 Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::function<void(AttnParams&)>& break_it,
-                       const std::string& expect) {
+                       const std::string& expect, Direction dir) {
   try {
     const Inputs in = make_inputs(c, seed_for(c.describe()));
-    Run r = prepare(lesson, c, in);
-    r.o.poison();
-    r.lse.poison();
+    Run r = dir == Direction::kForward ? prepare(lesson, c, in) : prepare_backward(lesson, c, in, BackwardInputs(c, in));
+    std::vector<Buffer*> outputs{&r.o, &r.lse};
+    if (dir == Direction::kBackward) outputs = {&r.dq, &r.dk, &r.dv};
+    for (Buffer* b : outputs) b->poison();
     break_it(r.p);
     try {
-      run_forward(lesson, r.p);
+      if (dir == Direction::kForward) run_forward(lesson, r.p);
+      else run_backward(lesson, r.p);
       sync(lesson);
     } catch (const InvalidArgument& e) {
       const std::string msg = e.what();
       sync(lesson);
       if (msg.find(lesson.id) == std::string::npos || msg.find(expect) == std::string::npos)
         return fail(c, "rejected, but the message should name the lesson and say '" + expect + "': " + msg);
-      if (!all_bytes(r.o, Buffer::kPoisonByte) || !all_bytes(r.lse, Buffer::kPoisonByte))
+      bool untouched = true;
+      for (const Buffer* b : outputs) untouched = untouched && all_bytes(*b, Buffer::kPoisonByte);
+      if (!untouched)
         return fail(c, "rejected, but only after writing the outputs (validate before any launch): " + msg);
       return {true, false, "rejected: " + msg};
     }
@@ -430,6 +673,48 @@ Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::funct
   } catch (const std::exception& e) {
     return fail(c, std::string("a bad call failed with the wrong kind of error: ") + e.what());
   }
+}
+
+Outcome check_backward(const LessonInfo& lesson, const Case& c, bool deterministic) {
+  return guarded(c, [&]() -> Outcome {
+    const Inputs in = make_inputs(c, seed_for(c.describe()));
+    const BackwardInputs bi(c, in);
+    Run r = prepare_backward(lesson, c, in, bi);
+    r.p.deterministic = deterministic;
+    execute_backward(lesson, r);
+    for (auto [buf, host] : {std::pair<const Buffer*, const std::vector<uint16_t>*>{&r.q, &in.q}, {&r.k, &in.k}, {&r.v, &in.v}}) {
+      std::vector<uint16_t> now = buf->to_host<uint16_t>();
+      if (c.bshd) now = to_bshd(now, c.batch, buf == &r.q ? c.heads_q : c.heads_kv, buf == &r.q ? c.seqlen_q : c.seqlen_k, c.head_dim, true);
+      if (now != *host) return fail(c, "the lesson modified its input " + buf->name());
+    }
+    const ref::Gradients want = ref::backward(c.problem(), in.values, bi.dout_values);
+    const Naive naive = naive_gradients(c, in.values, bi.dout_values);
+    std::string text = c.describe() + (deterministic ? " deterministic mode" : "");
+    bool ok = check_gradient(c, "dQ", gradient(c, r.dq, true), want.dq, naive.g.dq, naive.mag.dq, true, text);
+    ok = check_gradient(c, "dK", gradient(c, r.dk, false), want.dk, naive.g.dk, naive.mag.dk, false, text) && ok;
+    ok = check_gradient(c, "dV", gradient(c, r.dv, false), want.dv, naive.g.dv, naive.mag.dv, false, text) && ok;
+    return Outcome{ok, false, text, 0};
+  });
+}
+
+Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c) {
+  return guarded(c, [&]() -> Outcome {
+    const Inputs in = make_inputs(c, seed_for(c.describe()));
+    Run r = prepare_backward(lesson, c, in, BackwardInputs(c, in));
+    r.p.deterministic = true;
+    std::vector<std::vector<uint8_t>> first;
+    for (int run = 0; run < 3; ++run) {
+      execute_backward(lesson, r);
+      std::vector<std::vector<uint8_t>> now{r.dq.to_host<uint8_t>(), r.dk.to_host<uint8_t>(), r.dv.to_host<uint8_t>()};
+      if (run == 0) first = now;
+      const char* names[] = {"dQ", "dK", "dV"};
+      for (int t = 0; t < 3; ++t)
+        if (now[t] != first[t])
+          return fail(c, std::string("MISMATCH: deterministic mode, yet run ") + std::to_string(run + 1) +
+                             " differs bitwise from run 1 in " + names[t]);
+    }
+    return {true, false, c.describe() + " deterministic mode: dQ, dK, dV bitwise identical across three runs"};
+  });
 }
 
 std::string missing_features(const LessonInfo& lesson, const Requirements& req) {

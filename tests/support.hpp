@@ -52,10 +52,20 @@ struct Outcome {
 Outcome check_forward(const LessonInfo& lesson, const Case& c);
 // Runs the lesson twice on the same inputs; O and LSE must be bitwise identical.
 Outcome check_deterministic(const LessonInfo& lesson, const Case& c);
+enum class Direction { kForward, kBackward };
 // Breaks a valid call with `break_it`; the lesson must throw InvalidArgument whose message names
 // the lesson and contains `expect`, and must not write the (poisoned) outputs.
 Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::function<void(AttnParams&)>& break_it,
-                       const std::string& expect);
+                       const std::string& expect, Direction dir = Direction::kForward);
+
+// Backward (lessons 10 on). The inputs O and LSE come from the fp64 reference (O rounded to the
+// storage type, LSE in fp32), dO is random; dQ, dK and dV are poisoned, guarded, and compared with
+// the reference gradients three ways (tests/support.cpp, check_gradient): elementwise
+// atol + rtol |ref|, the relative error of the whole tensor, and FlashAttention-2's rule (at most
+// kNaiveErrorFactor times the error of a naive computation at the storage precision).
+Outcome check_backward(const LessonInfo& lesson, const Case& c, bool deterministic = false);
+// Deterministic mode (p.deterministic): three runs on the same inputs, bitwise identical.
+Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c);
 
 // The lesson a test executable tests (tests/lesson_binding.cpp, compiled per executable).
 const LessonInfo& lesson_under_test();

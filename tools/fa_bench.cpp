@@ -2,20 +2,24 @@
 //
 //   fa-bench [--lessons 01,04|all] [--seqlens 512,1024,...] [--head-dims 64,128] [--causal 0,1]
 //            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20]
-//            [--csv FILE] [--tour] [--once] [--rope] [--label NAME]
+//            [--csv FILE] [--tour] [--once] [--rope] [--label NAME] [--bwd] [--deterministic]
 //
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
 // reference (the course tolerance), then times it with CUDA events: warm-up, the L2 flushed
 // before every repetition, the median reported. TFLOP/s counts 4 * head_dim FLOPs per visible
 // (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
-// of its instructions, both measured here: the FP32 FMA peak for the CUDA-core lessons (01-06), the
+// of its instructions, both measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
 // mma.sync peak for the tensor-core lessons (07 on). --tour runs every lesson at one shape. --once runs each case once,
 // validated but not timed (for profilers: one kernel launch per case). --rope adds RoPE (fp32
 // tables from fa::rope_tables) to every case and runs only the lessons that support it; its FLOPs
 // are still the attention's (the rotation's few FLOPs per element are not counted). --label names
-// the rows in place of the lesson id (lesson 09's experiment times one lesson two ways). Exit 1
-// if any case is wrong.
+// the rows in place of the lesson id (lesson 09's experiment times one lesson two ways). --bwd times
+// the backward of the lessons that have one (10 on): O and the LSE come from lesson 08's forward,
+// dO is random; every element of dQ, dK and dV must be written (they are poisoned first), sampled
+// rows of two heads are checked against the fp64 gradients computed from the same O and LSE
+// (ref::backward_rows), and TFLOP/s count 2.5x the forward's FLOPs. --deterministic sets the
+// backward's deterministic mode. Exit 1 if any case is wrong.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -71,6 +75,8 @@ struct Options {
   bool tour = false;
   bool once = false;
   bool rope = false;
+  bool bwd = false;            // time the backward
+  bool deterministic = false;  // the backward's deterministic mode
   std::string label;  // replaces the lesson id in the output when set
 };
 
@@ -101,10 +107,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--once") o.once = true;
     else if (a == "--rope") o.rope = true;
     else if (a == "--label") o.label = value();
+    else if (a == "--bwd") o.bwd = true;
+    else if (a == "--deterministic") o.deterministic = true;
     else if (a == "--help" || a == "-h") {
       std::printf("usage: fa-bench [--lessons 01,04|all] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]\n"
                   "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--csv FILE] [--tour] [--once]\n"
-                  "                [--rope] [--label NAME]\n");
+                  "                [--rope] [--label NAME] [--bwd] [--deterministic]\n");
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + a + " (try --help)");
   }
@@ -186,6 +194,69 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
   return "head (" + std::to_string(b) + ", " + std::to_string(h) + "): " + (ro.ok ? "" : ro.text + " ") + (rl.ok ? "" : rl.text);
 }
 
+// The values of head `index` (a (rows x head_dim) block) of a device tensor, as fp64.
+std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, size_t index, int rows) {
+  std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
+  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + index * rows * p.head_dim,
+                           bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<double> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
+  return out;
+}
+
+// How many elements of a gradient are NaN or inf (unwritten ones are NaN: the buffer is poisoned).
+size_t not_finite(const fa::AttnParams& p, const fa::Buffer& buf) {
+  const std::vector<uint16_t> bits = buf.to_host<uint16_t>();
+  size_t bad = 0;
+  for (uint16_t b : bits) bad += !std::isfinite(fa::from_storage(p.dtype, b));
+  return bad;
+}
+
+// Checks sampled rows of the gradients of head (b, h) against the fp64 gradients computed from the
+// same inputs and the same O and LSE (ref::backward_rows). Returns "" when they match.
+std::string validate_backward_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
+                                   const fa::Buffer& o, const fa::Buffer& lse, const fa::Buffer& dout, const fa::Buffer& dq,
+                                   const fa::Buffer& dk, const fa::Buffer& dv, int b, int h, double* max_err) {
+  const size_t head = size_t(b) * p.heads_q + h;
+  fa::ref::Problem prob = ref_problem(p);
+  prob.batch = prob.heads_q = prob.heads_kv = 1;
+  const fa::ref::Inputs in{head_values(p, q, head, p.seqlen_q), head_values(p, k, head, p.seqlen_k),
+                           head_values(p, v, head, p.seqlen_k), {}};
+  std::vector<float> lse32(p.seqlen_q);
+  FA_CUDA_CHECK(cudaMemcpy(lse32.data(), static_cast<const float*>(lse.data()) + head * p.seqlen_q, lse32.size() * 4,
+                           cudaMemcpyDeviceToHost));
+  const std::vector<double> lse64(lse32.begin(), lse32.end());
+  fa::Rng rng(fa::seed_for("fa-bench gradient rows"));
+  std::vector<int> qrows = {0, 1, p.seqlen_q / 2, p.seqlen_q - 1}, krows = {0, 1, p.seqlen_k / 2, p.seqlen_k - 1};
+  for (int i = 0; i < 4; ++i) {
+    qrows.push_back(rng.uniform_int(0, p.seqlen_q - 1));
+    krows.push_back(rng.uniform_int(0, p.seqlen_k - 1));
+  }
+  const fa::ref::SampledGradients want =
+      fa::ref::backward_rows(prob, in, head_values(p, dout, head, p.seqlen_q), head_values(p, o, head, p.seqlen_q), lse64, qrows, krows);
+  std::string bad;
+  auto check = [&](const char* name, const fa::Buffer& g, int seqlen, const std::vector<int>& rows, const std::vector<double>& w) {
+    const std::vector<double> all = head_values(p, g, head, seqlen);
+    std::vector<double> got;
+    double scale = 0;
+    for (int r : rows)
+      for (int d = 0; d < p.head_dim; ++d) got.push_back(all[size_t(r) * p.head_dim + d]);
+    for (double x : w) scale = std::max(scale, std::fabs(x));
+    const int n = static_cast<int>(rows.size());
+    const fa::CompareReport rep = fa::compare(name, got, w, fa::gradient_tolerance(p.dtype, scale), {n, p.head_dim}, {"sampled row", "d"});
+    *max_err = std::max(*max_err, rep.max_abs_err);
+    if (!rep.ok) bad += rep.text + " ";
+  };
+  check("dQ", dq, p.seqlen_q, qrows, want.dq);
+  check("dK", dk, p.seqlen_k, krows, want.dk);
+  check("dV", dv, p.seqlen_k, krows, want.dv);
+  if (bad.empty()) return "";
+  return "head (" + std::to_string(b) + ", " + std::to_string(h) + "): " + bad;
+}
+
+// The forward that makes O and the LSE for --bwd: lesson 08's (the course's fastest mma.sync one).
+const fa::LessonInfo* g_forward_for_backward = nullptr;
+
 Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int seqlen, const Options& o,
              fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
   Row row{o.label.empty() ? lesson.id : o.label, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
@@ -193,6 +264,19 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     row.status = "skipped: a CPU lesson";
     return row;
   }
+  if (o.bwd && lesson.backward == nullptr) {
+    row.status = "skipped: --bwd, and this lesson has no backward";
+    return row;
+  }
+  if (!o.bwd && lesson.forward == nullptr) {
+    row.status = "skipped: a backward lesson (time it with --bwd)";
+    return row;
+  }
+  if (o.bwd && g_forward_for_backward == nullptr) {
+    row.status = "ERROR: --bwd takes O and the LSE from lesson 08's forward, which this build lacks";
+    return row;
+  }
+  const fa::LessonInfo& fwd = o.bwd ? *g_forward_for_backward : lesson;
   if (o.rope && !lesson.features.rope) {
     row.status = "skipped: --rope, and this lesson has no RoPE";
     return row;
@@ -241,14 +325,41 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   try {
     out.poison();
     lse.poison();
-    fa::run_forward(lesson, p);
+    fa::run_forward(fwd, p);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
     std::string bad = validate_head(p, q, k, v, out, lse, tables, 0, 0, &row.max_err);
     if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, p.batch - 1, p.heads_q - 1, &row.max_err);
     if (!bad.empty()) {
-      row.status = "WRONG: " + bad;
+      row.status = std::string("WRONG: ") + (o.bwd ? "the forward (lesson 08) for --bwd: " : "") + bad;
       return row;
+    }
+    fa::Buffer dout, dq, dk, dv;
+    if (o.bwd) {
+      dout = fa::Buffer(fa::Memory::kDevice, n * 2, "dout");
+      dq = fa::Buffer(fa::Memory::kDevice, n * 2, "dq");
+      dk = fa::Buffer(fa::Memory::kDevice, n * 2, "dk");
+      dv = fa::Buffer(fa::Memory::kDevice, n * 2, "dv");
+      fa::bench::fill_randn(dout.data(), n, t, seed + 0x3000000000ull);
+      p.dout = dout.data();
+      p.dq = dq.data();
+      p.dk = dk.data();
+      p.dv = dv.data();
+      p.deterministic = o.deterministic;
+      for (fa::Buffer* b : {&dq, &dk, &dv}) b->poison();
+      fa::run_backward(lesson, p);
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      for (const fa::Buffer* b : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) b->check_guards();
+      row.max_err = 0;
+      for (auto [b, name] : {std::pair<const fa::Buffer*, const char*>{&dq, "dQ"}, {&dk, "dK"}, {&dv, "dV"}})
+        if (const size_t nf = not_finite(p, *b)) bad += std::string(name) + ": " + std::to_string(nf) + " elements NaN or inf (unwritten ones stay NaN) ";
+      if (bad.empty()) bad = validate_backward_head(p, q, k, v, out, lse, dout, dq, dk, dv, 0, 0, &row.max_err);
+      if (bad.empty())
+        bad = validate_backward_head(p, q, k, v, out, lse, dout, dq, dk, dv, p.batch - 1, p.heads_q - 1, &row.max_err);
+      if (!bad.empty()) {
+        row.status = "WRONG: " + bad;
+        return row;
+      }
     }
     if (o.once) {
       row.status = "ok (validated, not timed)";
@@ -262,7 +373,8 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     for (int rep = 0; rep < o.reps + 2; ++rep) {
       flusher.flush(nullptr);
       FA_CUDA_CHECK(cudaEventRecord(start));
-      fa::run_forward(lesson, p);
+      if (o.bwd) fa::run_backward(lesson, p);
+      else fa::run_forward(lesson, p);
       FA_CUDA_CHECK(cudaEventRecord(stop));
       FA_CUDA_CHECK(cudaEventSynchronize(stop));
       float t_ms = 0;
@@ -274,7 +386,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     row.ms = median(ms);
-    const double flops = 4.0 * d * fa::ref::visible_pairs(ref_problem(p));
+    const double flops = (o.bwd ? 2.5 : 1.0) * 4.0 * d * fa::ref::visible_pairs(ref_problem(p));
     row.tflops = flops / (row.ms * 1e-3) / 1e12;
     row.pct = 100.0 * row.tflops / ceiling.tflops;
   } catch (const fa::Error& e) {
@@ -300,6 +412,7 @@ int main(int argc, char** argv) {
       const std::string nn = std::string(l->id).substr(0, 2);
       const bool wanted = o.lessons.front() == "all" || std::find(o.lessons.begin(), o.lessons.end(), nn) != o.lessons.end();
       if (wanted && l->memory == fa::Memory::kDevice) lessons.push_back(l);
+      if (nn == "08") g_forward_for_backward = l;
     }
     const Ceiling fma{"fp32_fma", fa::bench::measure_fp32_fma_tflops()};
     const Ceiling mma{"mma_sync_fp16", fa::bench::measure_mma_sync_tflops()};
@@ -324,8 +437,10 @@ int main(int argc, char** argv) {
             for (int n : o.seqlens) {
               const auto& dims = l->features.head_dims;
               if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
-              // Lessons 07 on compute on the tensor cores; before that, on the FP32 FMA pipes.
-              const Ceiling& ceiling = std::string(l->id) >= "07" ? mma : fma;
+              // Lessons 07 on compute on the tensor cores, except lesson 10 (the clear backward, on
+              // the CUDA cores); the others on the FP32 FMA pipes.
+              const std::string nn = std::string(l->id).substr(0, 2);
+              const Ceiling& ceiling = nn >= "07" && nn != "10" ? mma : fma;
               const Row r = run_case(*l, t, d, causal, n, o, flusher, ceiling);
               if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
               const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);

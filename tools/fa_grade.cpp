@@ -156,7 +156,9 @@ int main(int argc, char** argv) {
     };
     const bool gate = not_built || ends_with("/manifest") || ends_with("/links_without_reference") ||
                       ends_with("forward: declares the required features") ||
-                      ends_with("forward: bad input rejected before launch");
+                      ends_with("forward: bad input rejected before launch") ||
+                      ends_with("backward: declares the required features") ||
+                      ends_with("backward: bad input rejected before launch");
     if (gate) {
       if (not_built) l.broken = "does not compile";  // ctest cannot even start it: never "run"
       else if (status != "run" && status != "notrun" && l.broken.empty()) l.broken = name.substr(name.find('/') + 1) + " failed";

@@ -50,11 +50,19 @@ if [ "$perf" = 1 ]; then
   cmake -S "$root" -B "$ref" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_LESSONS_DIR="$root/solutions" \
         -DFA_BUILD_MUTANTS=OFF ${CMAKE_ARGS:-} > "$out/configure-solutions.log" 2>&1
   cmake --build "$ref" --target fa-bench > "$out/build-solutions.log" 2>&1
-  lessons=$(awk '!/^#/ && NF == 3 && $3 > 0 { printf "%s%s", sep, substr($1, 7); sep = "," }' "$root/tests/grading.txt")
-  grid=(--lessons "$lessons" --seqlens 4096 --head-dims 64,128 --causal 0,1 --reps 10 --max-seconds 4)
+  # The lessons with performance points; the backward ones (10, 11) are timed with --bwd.
+  pick() { awk -v bwd="$1" '!/^#/ && NF == 3 && $3 > 0 { n = substr($1, 7); b = (n == "10" || n == "11");
+             if (b == bwd) { printf "%s%s", sep, n; sep = "," } }' "$root/tests/grading.txt"; }
+  grid=(--seqlens 4096 --head-dims 64,128 --causal 0,1 --reps 10 --max-seconds 4)
   rm -f "$out/bench-student.csv" "$out/bench-solutions.csv"
-  "$build/bin/fa-bench" "${grid[@]}" --csv "$out/bench-student.csv" > "$out/bench-student.log" 2>&1 || true
-  "$ref/bin/fa-bench" "${grid[@]}" --csv "$out/bench-solutions.csv" > "$out/bench-solutions.log" 2>&1 || true
+  for bwd in 0 1; do
+    lessons=$(pick $bwd)
+    [ -n "$lessons" ] || continue
+    flags=(--lessons "$lessons" "${grid[@]}")
+    [ "$bwd" = 1 ] && flags+=(--bwd)
+    "$build/bin/fa-bench" "${flags[@]}" --csv "$out/bench-student.csv" >> "$out/bench-student.log" 2>&1 || true
+    "$ref/bin/fa-bench" "${flags[@]}" --csv "$out/bench-solutions.csv" >> "$out/bench-solutions.log" 2>&1 || true
+  done
   perf_args=(--perf "$out/bench-student.csv" "$out/bench-solutions.csv")
 fi
 FA_TEST_SEED=$seed FA_TEST_LEVEL=$level "$build/bin/fa-grade" --build "$build" --points "$root/tests/grading.txt" \

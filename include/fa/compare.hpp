@@ -22,6 +22,16 @@ struct Tolerance {
 Tolerance output_tolerance(DType t);
 // LSE: fp32 by definition, so the tolerance is fp32's, not the storage type's.
 Tolerance lse_tolerance();
+// u, the unit roundoff of a gradient's storage type: 2^-11 (fp16), 2^-8 (bf16). The backward
+// suite allows element e an error of 4u mag_e + 2u |ref_e|, mag_e being the sum of the sizes of the
+// terms that make it (runtime/compare.cpp says why).
+double gradient_unit(DType t);
+// fa-bench's simpler check of sampled rows of randn problems (no cancellation there): atol
+// 4u * the largest reference value `ref_max_abs`, rtol 2u.
+Tolerance gradient_tolerance(DType t, double ref_max_abs);
+// FlashAttention-2's rule for gradients: the kernel's max abs error at most this many times the
+// max abs error of a naive computation at the storage precision (tests/support.cpp).
+constexpr double kNaiveErrorFactor = 3.0;
 
 struct CompareReport {
   bool ok = true;
@@ -33,8 +43,10 @@ struct CompareReport {
 };
 
 // `dims` and `dim_names` (outermost first) turn the flat index into "(b=0, h=1, i=127, d=3)".
+// `atol_each`, if given, adds a per-element atol (the gradients' 4u mag_e).
 CompareReport compare(const std::string& what, const std::vector<double>& got,
                       const std::vector<double>& want, const Tolerance& tol,
-                      const std::vector<int>& dims, const std::vector<std::string>& dim_names);
+                      const std::vector<int>& dims, const std::vector<std::string>& dim_names,
+                      const std::vector<double>* atol_each = nullptr);
 
 }  // namespace fa

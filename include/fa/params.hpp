@@ -138,4 +138,11 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p);
 // The one way tests and tools call a lesson: validate, then run (no launch on bad input).
 void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream = nullptr);
 
+// The backward call (lessons 10 on): q, k, v, o, lse (the forward's outputs) and dout are its
+// inputs; dq, dk, dv (and dgate with the gate) its outputs, every one with its own strides.
+// validate_backward checks all of them on top of validate_forward's rules; run_backward
+// validates, then runs the lesson's backward.
+void validate_backward(const LessonInfo& lesson, const AttnParams& p);
+void run_backward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream = nullptr);
+
 }  // namespace fa

@@ -1,0 +1,458 @@
+// Your copy of this lesson, generated from solutions/11_fast_backward/kernel.cu by fa-skeleton.
+// Lesson 11: the backward pass on the tensor cores. Lesson 10 computes the gradients clearly on
+// the CUDA cores; here the same algorithm runs on mma.sync with lesson 08's machinery:
+//   1. preprocess_kernel: D_i = rowsum(dO_i * O_i) and the LSE in base 2, per query row;
+//   2. dkdv_kernel: one block per key tile; K and V stay in shared memory, the query tiles (Q, dO,
+//      LSE, D) stream past through a two-buffer cp.async ring. Each warp owns 16 keys: it
+//      recomputes S^T = K Q^T and dP^T = V dO^T, turns them into P^T and dS^T in registers, and
+//      accumulates dV += P^T dO and dK += dS^T Q in registers, without a trip through memory;
+//   3. dQ = dS K needs a sum over every key tile, which no single block owns. Two strategies:
+//      atomic (default): each block adds its share of dQ to an fp32 buffer with atomics (dS^T goes
+//        through shared memory to change hands between warps), then convert_kernel scales and rounds;
+//      pass (p.deterministic): dq_kernel, one block per query tile, recomputes S and dP and sums
+//        dS K over the key tiles in a fixed order: no atomics, bitwise reproducible, ~1.4x the math.
+// Build, test, profile:
+//   ctest --preset student -L lesson11
+//   lessons/11_fast_backward/profile.sh
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "fa/cuda_check.hpp"
+#include "fa/device.cuh"
+#include "fa/mma.cuh"
+#include "fa/params.hpp"
+#include "tiles.hpp"
+
+namespace {
+
+using lesson11::Config;
+using lesson11::kConfigs;
+using lesson11::tile_offset;
+
+// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
+// with "lesson 11 not implemented yet: <it>". Delete an entry when you have written its code.
+const fa::TodoList kTodosLeft = {
+    "TODO(3) in kernel.cu: D_i: if i < seqlen_q, load this thread's 8 values of dO_i and O_i (one uint4 each,",
+    "TODO(4) in kernel.cu: the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the",
+    "TODO(5) in kernel.cu: P^T and dS^T in place: s[kt][nt][e] (key tile kt; key and row from lesson11::st_element) becomes",
+    "TODO(6) in kernel.cu: dV += P^T dO and dK += dS^T Q: for each k16 step kc over the rows, P^T's and dS^T's",
+    "TODO(7) in kernel.cu: wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the",
+    "TODO(8) in kernel.cu: dS = P (dP - D) for the warp's rows, P = exp2(s * scale * log2(e) - LSE2) and 0",
+};
+
+// Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
+// tile, 16 bytes per thread per step (lesson 08). Rows at or past `nrows` are zero-filled.
+template <int kThreads, int kTileRows, int D, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
+  constexpr int kChunks = D / 8;
+  constexpr int kStepRows = kThreads / kChunks;
+  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
+  const int c = threadIdx.x % kChunks, r = threadIdx.x / kChunks;
+  const uint32_t dst = fa::smem_addr(tile + tile_offset(r, 8 * c, D));
+  const T* src = base + (row0 + r) * row_stride + 8 * c;
+#pragma unroll
+  for (int i = 0; i < kTileRows / kStepRows; ++i) {
+    const bool valid = row0 + r + i * kStepRows < nrows;
+    fa::cp_async_16(dst + i * kStepRows * D * 2, valid ? src : base, valid);
+    src += kStepRows * row_stride;
+  }
+}
+
+// D_i = dO_i . O_i and LSE_i log2(e), written to rows of `padded` entries per (batch, head): the
+// pad rows get LSE = +inf (so P = 0 there) and D = 0, and the dK/dV kernel loads whole tiles of
+// both without a bounds check. D / 8 threads per row, 8 values each.
+template <class T, int D>
+__global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* delta, int padded) {
+  constexpr int kLanes = D / 8;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = idx / kLanes;  // the grid covers the padded rows exactly: no thread idles
+  const int c = static_cast<int>(idx % kLanes);
+  const int bh = static_cast<int>(row / padded), i = static_cast<int>(row % padded);
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+  float sum = 0.f;
+  // TODO(3): D_i: if i < seqlen_q, load this thread's 8 values of dO_i and O_i (one uint4 each,
+  //   through the do/o strides) and sum their products in fp32; then add the row's lanes
+  //   (fa::group_sum<kLanes>) and let lane c == 0 write delta[row] (0 past seqlen_q) and
+  //   lse2[row] = lse * log2(e) (+inf past seqlen_q).
+}
+
+// dK and dV of one key tile (and, with kAtomicDq, its share of dQ). Block (x, y): key tile x of
+// (batch, kv head) y; with grouped-query heads it visits the query tiles of every head of its group.
+template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    dkdv_kernel(const fa::AttnParams p, const float* lse2, const float* delta, int padded, float* dq_accum) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kKT = kKeys / (16 * kWarps);  // m16 tiles of keys per warp
+  constexpr int kNT = kSub / 8;   // n8 tiles of the warp's S^T (16 kKT keys x kSub rows)
+  constexpr int kDT = D / 8;      // n8 tiles of its dK and dV (16 keys x D)
+  extern __shared__ uint4 smem[];
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + kKeys * D;
+  T* sQ = sV + kKeys * D;     // two buffers
+  T* sdO = sQ + 2 * kRows * D;  // two buffers
+  T* sdS = sdO + 2 * kRows * D;  // dS^T, kKeys x kRows (atomic dQ only)
+  float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);  // two buffers of kRows LSE (base 2)
+  float* sDelta = sL + 2 * kRows;                            // two buffers of kRows D
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.y / p.heads_kv, hk = blockIdx.y % p.heads_kv;
+  const int group = p.heads_q / p.heads_kv;
+  const int k0 = blockIdx.x * kKeys;
+  const int offset = p.seqlen_k - p.seqlen_q;
+  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
+  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
+
+  // The query tiles this key tile visits, for each head of the group: from the first that sees
+  // any of its keys (causal) to the last. Iteration `it` is query tile first + it % per_head of
+  // head hk * group + it / per_head.
+  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
+  const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
+  const int per_head = max(0, n_qtiles - first);
+  const int n_iter = per_head * group;
+
+  load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, k0, p.seqlen_k);
+  load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, k0, p.seqlen_k);
+  // Starts the loads of iteration `it` into buffer `buf`: Q and dO tiles, and the rows' LSE and D
+  // (padded rows: whole 16-byte chunks, no guard).
+  auto load_queries = [&](int it, int buf) {
+    const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
+    const T* qbase = static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head;
+    const T* dobase = static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head;
+    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, p.seqlen_q);
+    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, p.seqlen_q);
+    const int64_t r0 = (int64_t(b) * p.heads_q + h) * padded + q0;
+    const int x = threadIdx.x;
+    if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), lse2 + r0 + 4 * x, true);
+    else if (x < kRows / 2)
+      fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), delta + r0 + 4 * (x - kRows / 4), true);
+  };
+  if (n_iter > 0) load_queries(0, 0);
+  fa::cp_async_commit();
+
+  float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
+  const float sl2 = p.scale * fa::kLog2e;
+  // ldmatrix byte offsets (lesson 08's patterns; step k along the columns is an XOR with 32 k):
+  //   a_off: A operand, the warp's first 16 rows of K or V (row-major m16 x k16; the next
+  //          key tile is 16 rows, 32 D bytes, further);
+  //   b_off: B operand from a [n][k] tile (Q or dO for S^T = K Q^T and dP^T = V dO^T);
+  //   t_off: B operand from a [k][n] tile with .trans (dO for dV, Q for dK, K for dQ).
+  const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int buf = it & 1;
+    const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
+    // TODO(4): the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the
+    //   tiles visible to every warp, every warp done with the previous iteration's buffer and
+    //   dS^T), then start iteration it + 1 into buffer buf ^ 1 (if there is one) and commit.
+    const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
+    const float* lse_s = sL + buf * kRows;
+    const float* delta_s = sDelta + buf * kRows;
+
+    const bool masked = lesson11::needs_mask(q0, k0, kKeys, p.seqlen_k, offset, p.causal);
+    // The tile kSub rows at a time: one step's S^T and dP^T live at once. Not unrolled.
+#pragma unroll 1
+    for (int sub = 0; sub < kRows / kSub; ++sub) {
+    const int r0 = sub * kSub;  // the step's first row within the tile
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows: each Q
+    // and dO fragment read feeds kKT mma.
+    float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[kKT][4], va[kKT][4];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        fa::ldmatrix_x4(ka[kt], k_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
+        fa::ldmatrix_x4(va[kt], v_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
+      }
+#pragma unroll
+      for (int nj = 0; nj < kSub / 16; ++nj) {
+        uint32_t qb[4], ob[4];
+        fa::ldmatrix_x4(qb, q_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+        fa::ldmatrix_x4(ob, do_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt) {
+          fa::mma_m16n8k16<T>(s[kt][2 * nj], ka[kt], qb[0], qb[1]);
+          fa::mma_m16n8k16<T>(s[kt][2 * nj + 1], ka[kt], qb[2], qb[3]);
+          fa::mma_m16n8k16<T>(dp[kt][2 * nj], va[kt], ob[0], ob[1]);
+          fa::mma_m16n8k16<T>(dp[kt][2 * nj + 1], va[kt], ob[2], ob[3]);
+        }
+      }
+    }
+
+    // TODO(5): P^T and dS^T in place: s[kt][nt][e] (key tile kt; key and row from lesson11::st_element) becomes
+    //   P = exp2(s * scale * log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s), set to 0 where the
+    //   tile needs the mask (lesson11::needs_mask) and the key is past seqlen_k or masked; then
+    //   dp[kt][nt][e] becomes dS = P * (dP - D[row]) (D from delta_s).
+
+    // TODO(6): dV += P^T dO and dK += dS^T Q: for each k16 step kc over the rows, P^T's and dS^T's
+    //   A fragments from s and dp (lesson 07's accumulator -> A repacking, fa::pack2<T>), dO and Q
+    //   as B fragments with ldmatrix .trans at t_off; with kAtomicDq, also store dS^T's fragments
+    //   to sdS (kKeys x kRows, swizzled: tile_offset(key, row, kRows)) for the dQ product.
+    }  // sub
+
+    if constexpr (kAtomicDq) {
+      // dQ (kRows x D) += dS (kRows x kKeys) K (kKeys x D): the warps as 2 x (kWarps / 2), each a
+      // (kRows / 2)-row by kDW-column piece (kMQ m16 tiles), summed over the tile's keys, then
+      // added to the fp32 buffer. Two warps down and the rest across reads the fewest fragments.
+      constexpr int kNW = kWarps / 2, kDW = D / kNW, kMQ = kRows / 32;
+      const int mw = warp % 2, nw = warp / 2;
+      // TODO(7): wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the
+      //   kKeys / 16 key steps: dS's A fragments with ldmatrix .trans from sdS (it is stored
+      //   transposed: lesson11::ldmatrix_a_trans), K's B fragments with .trans at t_off (columns
+      //   nw * kDW onwards); then add acc to dq_accum ((batch, heads_q, seqlen_q, D) fp32) with
+      //   atomicAdd, rows < seqlen_q only.
+    }
+  }
+  fa::cp_async_wait<0>();
+
+  // dK = scale dS^T Q (the scale once, here) and dV, rounded once; keys past seqlen_k are not stored.
+  T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
+  T* dvb = static_cast<T*>(p.dv) + b * p.dv_stride.batch + hk * p.dv_stride.head;
+#pragma unroll
+  for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int key = k0 + 16 * (kKT * warp + kt) + g + 8 * hh;
+    if (key >= p.seqlen_k) continue;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      *reinterpret_cast<uint32_t*>(dkb + key * p.dk_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(dk[kt][dt][2 * hh] * p.scale, dk[kt][dt][2 * hh + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dvb + key * p.dv_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
+    }
+  }
+}
+
+// dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread.
+template <class T, int D>
+__global__ void convert_kernel(const fa::AttnParams p, const float* dq_accum) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (idx >= rows * (D / 8)) return;
+  const int64_t row = idx / (D / 8);
+  const int c = static_cast<int>(idx % (D / 8));
+  const int bh = static_cast<int>(row / p.seqlen_q), i = static_cast<int>(row % p.seqlen_q);
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+  const float4 x0 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c);
+  const float4 x1 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c + 4);
+  const float s = p.scale;
+  uint4 out;
+  out.x = fa::pack2<T>(x0.x * s, x0.y * s);
+  out.y = fa::pack2<T>(x0.z * s, x0.w * s);
+  out.z = fa::pack2<T>(x1.x * s, x1.y * s);
+  out.w = fa::pack2<T>(x1.z * s, x1.w * s);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row +
+                            8 * c) = out;
+}
+
+// The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming
+// past in a two-stage ring, as in lesson 08's forward. Per key tile it recomputes S = Q K^T and
+// dP = dO V^T, forms dS = P (dP - D) in registers and accumulates dQ += dS K: every dQ element
+// is a sum in one fixed order, in one thread.
+template <class T, int D, int kKeys, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams p, const float* lse2, const float* delta,
+                                                            int padded) {
+  constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
+  extern __shared__ uint4 smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sdO = sQ + kRows * D;
+  T* sK = sdO + kRows * D;  // two stages
+  T* sV = sK + 2 * kKeys * D;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
+  const int hk = h / (p.heads_q / p.heads_kv);
+  const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
+  const int q0 = tile * kRows;
+  const int offset = p.seqlen_k - p.seqlen_q;
+  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
+  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
+  int k_end = p.seqlen_k, n_full = p.seqlen_k / kKeys;
+  if (p.causal) {
+    k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
+    n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
+  }
+  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
+
+  load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head,
+                                p.q_stride.row, q0, p.seqlen_q);
+  load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head,
+                                p.do_stride.row, q0, p.seqlen_q);
+  if (n_tiles > 0) {
+    load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, 0, p.seqlen_k);
+    load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, 0, p.seqlen_k);
+  }
+  fa::cp_async_commit();
+
+  // This thread's two rows (g and g + 8 of the warp's 16): their LSE (base 2) and D.
+  const int64_t r0 = int64_t(bh) * padded + q0 + 16 * warp + g;
+  const float l2[2] = {lse2[r0], lse2[r0 + 8]}, dd[2] = {delta[r0], delta[r0 + 8]};
+  const float sl2 = p.scale * fa::kLog2e;
+  float acc[kDT][4] = {};
+  const uint32_t q_addr = fa::smem_addr(sQ), do_addr = fa::smem_addr(sdO), k_addr = fa::smem_addr(sK),
+                 v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    fa::cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < n_tiles) {
+      const int slot = (j + 1) % 2;
+      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase, p.k_stride.row, (j + 1) * kKeys, p.seqlen_k);
+      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase, p.v_stride.row, (j + 1) * kKeys, p.seqlen_k);
+    }
+    fa::cp_async_commit();
+    const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
+
+    // S = Q K^T and dP = dO V^T for the warp's 16 rows.
+    float s[kNT][4] = {}, dp[kNT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[4], oa[4];
+      fa::ldmatrix_x4(qa, q_addr + (a_off ^ (32 * kk)));
+      fa::ldmatrix_x4(oa, do_addr + (a_off ^ (32 * kk)));
+#pragma unroll
+      for (int nj = 0; nj < kKeys / 16; ++nj) {
+        uint32_t kb[4], vb[4];
+        fa::ldmatrix_x4(kb, kj + ((b_off ^ (32 * kk)) + nj * 32 * D));
+        fa::mma_m16n8k16<T>(s[2 * nj], qa, kb[0], kb[1]);
+        fa::mma_m16n8k16<T>(s[2 * nj + 1], qa, kb[2], kb[3]);
+        fa::ldmatrix_x4(vb, vj + ((b_off ^ (32 * kk)) + nj * 32 * D));
+        fa::mma_m16n8k16<T>(dp[2 * nj], oa, vb[0], vb[1]);
+        fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
+      }
+    }
+    // TODO(8): dS = P (dP - D) for the warp's rows, P = exp2(s * scale * log2(e) - LSE2) and 0
+    //   where j >= n_full and the key is past seqlen_k or masked; then dQ += dS K with dS's A
+    //   fragment packed from registers and K's B fragment with ldmatrix .trans at t_off.
+  }
+  fa::cp_async_wait<0>();
+
+  T* dqb = static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = q0 + 16 * warp + g + 8 * hh;
+    if (row >= p.seqlen_q) continue;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      *reinterpret_cast<uint32_t*>(dqb + row * p.dq_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(acc[dt][2 * hh] * p.scale, acc[dt][2 * hh + 1] * p.scale);
+  }
+}
+
+// The scratch the backward needs beside its outputs: LSE2 and D (padded rows), and the fp32 dQ
+// sums of the atomic strategy. Grow-only, one per process (README, Caveats).
+void* scratch(size_t bytes) {
+  static void* ptr = nullptr;
+  static size_t have = 0;
+  if (bytes > have) {
+    if (ptr != nullptr) FA_CUDA_CHECK(cudaFree(ptr));
+    FA_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    have = bytes;
+  }
+  return ptr;
+}
+
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+constexpr int kDqKeys = 64, kDqWarps = 4;  // the dQ pass's tiles: 64 rows x 64 keys, 4 warps
+
+template <class T, int kIndex>
+void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
+  constexpr Config c = kConfigs[kIndex];
+  constexpr int D = c.head_dim;
+  static_assert(lesson11::well_formed(c), "a configuration in tiles.hpp is not well formed");
+  const int bh = p.batch * p.heads_q;
+  const int padded = fa::ceil_div(p.seqlen_q, 128) * 128;  // a multiple of every kRows
+  const size_t stats = size_t(bh) * padded;
+  const size_t accum = atomic_dq ? size_t(bh) * p.seqlen_q * D : 0;
+  float* lse2 = static_cast<float*>(scratch((2 * stats + accum) * sizeof(float)));
+  float* delta = lse2 + stats;
+  float* dq_accum = delta + stats;
+
+  const int64_t pre_threads = int64_t(stats) * (D / 8);  // a multiple of 128 * 8: whole blocks of 256
+  preprocess_kernel<T, D><<<static_cast<unsigned>(pre_threads / 256), 256, 0, stream>>>(p, lse2, delta, padded);
+  FA_CHECK_LAUNCH();
+  const dim3 grid(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv);
+  constexpr int smem = lesson11::smem_bytes(c);
+  if (atomic_dq) {
+    FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum * sizeof(float), stream));
+    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true>;
+    allow_smem(kernel, smem);
+    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, dq_accum);
+    FA_CHECK_LAUNCH();
+    const int64_t threads = int64_t(bh) * p.seqlen_q * (D / 8);
+    convert_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dq_accum);
+    FA_CHECK_LAUNCH();
+  } else {
+    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false>;
+    allow_smem(kernel, smem);
+    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
+    FA_CHECK_LAUNCH();
+    constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
+    auto dq = dq_kernel<T, D, kDqKeys, kDqWarps>;
+    allow_smem(dq, dq_smem);
+    dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, lse2, delta, padded);
+    FA_CHECK_LAUNCH();
+  }
+}
+
+template <class T, int... kIndex>
+void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream, std::integer_sequence<int, kIndex...>) {
+  ((index == kIndex ? run<T, kIndex>(p, atomic_dq, stream) : void()), ...);
+}
+
+void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
+  fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
+  fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
+  if (p.batch * p.heads_q > 65535)
+    throw fa::InvalidArgument("lesson 11_fast_backward: batch * heads_q must be at most 65535 (grid y), got " +
+                              std::to_string(p.batch * p.heads_q));
+  if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
+    throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
+                              " for head_dim " + std::to_string(p.head_dim));
+  FA_DISPATCH_DTYPE(p.dtype, T,
+                    run_index<T>(p, index, atomic_dq, stream, std::make_integer_sequence<int, lesson11::kNumConfigs>{}));
+}
+
+void backward(const fa::AttnParams& p, cudaStream_t stream) {
+  // FA_LESSON11_DQ=pass times the deterministic strategy in the default mode too, and
+  // FA_LESSON11_CONFIG=<index into kConfigs> another tile shape (README, "Choosing by measurement").
+  const char* dq = std::getenv("FA_LESSON11_DQ");
+  const bool atomic_dq = !p.deterministic && !(dq != nullptr && std::strcmp(dq, "pass") == 0);
+  const char* forced = std::getenv("FA_LESSON11_CONFIG");
+  run_config(p, forced ? std::atoi(forced) : lesson11::config_for(p.head_dim), atomic_dq, stream);
+}
+
+}  // namespace
+
+// One configuration and strategy by index (the lesson's GPU tests run each of them).
+void fa_lesson11_backward_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
+  run_config(p, index, atomic_dq, stream);
+}
+
+const fa::LessonInfo& fa_lesson_11() {
+  static const fa::LessonInfo info = [] {
+    fa::LessonInfo l;
+    l.id = "11_fast_backward";
+    l.title = "backward on the tensor cores (mma.sync), atomic or deterministic dQ";
+    l.memory = fa::Memory::kDevice;
+    l.features.fp16 = l.features.bf16 = true;
+    l.features.head_dims = {64, 128};
+    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
+    l.features.index64 = true;
+    l.features.alignment_bytes = 16;  // cp.async and the 16-byte loads of O and dO
+    l.backward = &backward;
+    return l;
+  }();
+  return info;
+}
