@@ -151,23 +151,26 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The values of head `index` (a (rows x head_dim) block) of a device tensor, as fp64.
+std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, size_t index, int rows) {
+  std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
+  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + index * rows * p.head_dim,
+                           bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<double> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
+  return out;
+}
+
 // Validates rows of head (b, h) of the lesson's output against the fp64 reference on the same
 // inputs. Returns "" when they match, else the comparison's report.
 std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
                           const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables, int b, int h,
                           double* max_err) {
   const size_t head = size_t(b) * p.heads_q + h;
-  auto head_values = [&](const fa::Buffer& buf, size_t index, int rows) {
-    std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
-    FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + index * rows * p.head_dim,
-                             bits.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<double> out(bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
-    return out;
-  };
   fa::ref::Problem prob = ref_problem(p);
   prob.batch = prob.heads_q = prob.heads_kv = 1;  // the one head (b, h) copied out below
-  fa::ref::Inputs in{head_values(q, head, p.seqlen_q), head_values(k, head, p.seqlen_k), head_values(v, head, p.seqlen_k), {}};
+  fa::ref::Inputs in{head_values(p, q, head, p.seqlen_q), head_values(p, k, head, p.seqlen_k),
+                     head_values(p, v, head, p.seqlen_k), {}};
   if (p.rope_cos != nullptr) {
     // RoPE: rotated and rounded as the kernel's tensor cores see them (fa::rope_rotate_rounded).
     fa::rope_rotate_rounded(in.q, p.head_dim, p.seqlen_q, p.seqlen_k - p.seqlen_q, tables, p.dtype);
@@ -177,7 +180,7 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
   std::vector<int> rows = {0, 1, p.seqlen_q / 2, p.seqlen_q - 1};
   for (int i = 0; i < 4; ++i) rows.push_back(rng.uniform_int(0, p.seqlen_q - 1));
   const fa::ref::Forward want = fa::ref::forward(prob, in, &rows);
-  const std::vector<double> o_all = head_values(o, head, p.seqlen_q);
+  const std::vector<double> o_all = head_values(p, o, head, p.seqlen_q);
   std::vector<float> lse_all(p.seqlen_q);
   FA_CUDA_CHECK(cudaMemcpy(lse_all.data(), static_cast<const float*>(lse.data()) + head * p.seqlen_q,
                            lse_all.size() * 4, cudaMemcpyDeviceToHost));
@@ -192,16 +195,6 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
   *max_err = std::max(*max_err, ro.max_abs_err);
   if (ro.ok && rl.ok) return "";
   return "head (" + std::to_string(b) + ", " + std::to_string(h) + "): " + (ro.ok ? "" : ro.text + " ") + (rl.ok ? "" : rl.text);
-}
-
-// The values of head `index` (a (rows x head_dim) block) of a device tensor, as fp64.
-std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, size_t index, int rows) {
-  std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
-  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + index * rows * p.head_dim,
-                           bits.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<double> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
-  return out;
 }
 
 // How many elements of a gradient are NaN or inf (unwritten ones are NaN: the buffer is poisoned).
