@@ -3,7 +3,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "fa/params.hpp"
 
@@ -56,6 +59,38 @@ class Checker {
   const LessonInfo& lesson_;
 };
 
+// The contents of cu_seqlens: they start at 0, never decrease, end at total_q / total_k, and no
+// sequence is longer than seqlen_q / seqlen_k (the longest, which sizes the kernels' grids). On
+// a GPU lesson they live in device memory: one small synchronous copy, the price of checking
+// before any launch (a caller that trusts its cu_seqlens calls the lesson's entry directly).
+void check_cu_seqlens(const Checker& c, const LessonInfo& lesson, const AttnParams& p) {
+  std::vector<int> q(size_t(p.batch) + 1), k(size_t(p.batch) + 1);
+  const size_t bytes = q.size() * sizeof(int);
+  if (lesson.memory == Memory::kDevice) {
+    const cudaError_t eq = cudaMemcpy(q.data(), p.cu_seqlens_q, bytes, cudaMemcpyDeviceToHost);
+    const cudaError_t ek = cudaMemcpy(k.data(), p.cu_seqlens_k, bytes, cudaMemcpyDeviceToHost);
+    if (eq != cudaSuccess || ek != cudaSuccess)
+      c.fail("cannot read cu_seqlens_q/k (batch + 1 = ", p.batch + 1, " int32 each, device memory): ",
+             cudaGetErrorString(eq != cudaSuccess ? eq : ek));
+  } else {
+    std::copy(p.cu_seqlens_q, p.cu_seqlens_q + q.size(), q.begin());
+    std::copy(p.cu_seqlens_k, p.cu_seqlens_k + k.size(), k.begin());
+  }
+  for (auto [cu, name, total, longest] : {std::tuple{&q, "cu_seqlens_q", p.total_q, p.seqlen_q},
+                                         std::tuple{&k, "cu_seqlens_k", p.total_k, p.seqlen_k}}) {
+    if ((*cu)[0] != 0) c.fail(name, "[0] must be 0, got ", (*cu)[0]);
+    for (int b = 0; b < p.batch; ++b) {
+      const int len = (*cu)[b + 1] - (*cu)[b];
+      if (len < 0) c.fail(name, " must not decrease: entry ", b + 1, " is ", (*cu)[b + 1], " after ", (*cu)[b]);
+      if (len > longest)
+        c.fail("sequence ", b, " has ", len, " tokens in ", name, ", more than the longest given (",
+               name[11] == 'q' ? "seqlen_q" : "seqlen_k", " = ", longest, ")");
+    }
+    if ((*cu)[p.batch] != total)
+      c.fail(name, "[batch] must equal ", name[11] == 'q' ? "total_q" : "total_k", " (", total, "), got ", (*cu)[p.batch]);
+  }
+}
+
 }  // namespace
 
 void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
@@ -102,6 +137,7 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
     c.view(p.k_stride, 1, p.heads_kv, p.total_k, p.head_dim, "k");
     c.view(p.v_stride, 1, p.heads_kv, p.total_k, p.head_dim, "v");
     if (int64_t(p.heads_q) * p.total_q > INT32_MAX && !f.index64) c.fail("lse has more than 2^31 - 1 elements");
+    check_cu_seqlens(c, lesson, p);
   } else {
     if (p.seqlen_q != p.seqlen_k) c.need(f.seqlen_q_ne_k, "seqlen_q != seqlen_k");
     const Strides want_q{int64_t(p.heads_q) * p.seqlen_q * p.head_dim, int64_t(p.seqlen_q) * p.head_dim, p.head_dim};

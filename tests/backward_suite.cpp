@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "fa/params.hpp"
@@ -57,13 +58,46 @@ void run_pattern(Pattern p) {
       }
 }
 
+// Varlen batches (Case::set_lengths), smaller than the forward suite's: the naive computation of
+// the gradient check is O(N^2 head_dim) per head on the CPU.
+struct Lengths {
+  std::vector<int> q, k;
+  int heads_q, heads_kv;
+};
+const std::vector<Lengths> kVarlenSets = {
+    // An empty sequence, a length-1 one, lengths on and off the 64- and 128-row tile edges.
+    {{1, 17, 64, 130, 0, 100}, {1, 17, 64, 130, 0, 100}, 2, 2},
+    // Key lengths unlike the query lengths: causal rows that see no key (64 queries, 1 key), a
+    // sequence without keys (3, 0) and one without queries (0, 7).
+    {{5, 100, 0, 64, 3}, {30, 100, 7, 1, 0}, 2, 2},
+    {{100, 33, 65}, {64, 90, 129}, 4, 2},  // grouped-query heads: dK and dV sum two heads
+};
+
+Case varlen_case(const std::vector<int>& q, const std::vector<int>& k, int hq, int hkv, int d, DType t, bool causal) {
+  Case c = make(1, 1, d, t, causal);
+  c.set_lengths(q, k);
+  c.heads_q = hq;
+  c.heads_kv = hkv;
+  return c;
+}
+
+// `check` where the lesson must or does support the case, else its clear rejection.
+template <class Check>
+void check_or_rejected(const Case& c, Check&& check) {
+  const std::string lacks = fa::test::rejection_expected(lesson(), req(), c);
+  if (lacks.empty())
+    check(c);
+  else
+    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, lacks, Direction::kBackward));
+}
+
 }  // namespace
 
 TEST_CASE("backward: declares the required features") {
   const std::string missing = fa::test::missing_features(lesson(), req());
-  CHECK_MESSAGE(missing.empty(), "lesson ", lesson().id, " must support: ", missing);
+  CHECK_MESSAGE(missing.empty(), "lesson ", std::string(lesson().id), " must support: ", missing);
   const bool has_backward = lesson().backward != nullptr;
-  CHECK_MESSAGE(has_backward, "lesson ", lesson().id, " has no backward entry point");
+  CHECK_MESSAGE(has_backward, "lesson ", std::string(lesson().id), " has no backward entry point");
 }
 
 TEST_CASE("backward: sequence lengths 1 17 127 128 129 300") {
@@ -102,6 +136,44 @@ TEST_CASE("backward: fully masked rows (LSE = +inf) give finite gradients") {
     for (int d : req().head_dims)
       for (auto [sq, sk] : {std::pair{100, 30}, std::pair{257, 128}, std::pair{5, 1}})
         FA_CHECK_OUTCOME(fa::test::check_backward(lesson(), make(sq, sk, d, t, true)));
+}
+
+TEST_CASE("backward: varlen batches or a clear rejection") {
+  for (DType t : dtypes())
+    for (int d : req().head_dims)
+      for (bool causal : {false, true})
+        for (const Lengths& l : kVarlenSets)
+          check_or_rejected(varlen_case(l.q, l.k, l.heads_q, l.heads_kv, d, t, causal), check_both_modes);
+}
+
+TEST_CASE("backward: decay gate or a clear rejection") {
+  // Causal only, as the gate is defined. Four heads: every gate magnitude of make_inputs (1, 0.1,
+  // 0.01, 0). dg is checked like dQ, dK and dV.
+  for (DType t : dtypes())
+    for (int d : req().head_dims)
+      for (auto [sq, sk] : {std::pair{1, 1}, std::pair{129, 129}, std::pair{300, 300}, std::pair{70, 200}, std::pair{200, 70}}) {
+        Case c = make(sq, sk, d, t, true);
+        c.batch = 2;
+        c.heads_q = c.heads_kv = 4;
+        c.gate = true;
+        check_or_rejected(c, [](const Case& x) { FA_CHECK_OUTCOME(fa::test::check_backward(lesson(), x)); });
+      }
+}
+
+TEST_CASE("backward: GQA with varlen and the gate together") {
+  // Six query heads on two kv heads (all four gate magnitudes); every sequence has its own query
+  // and key lengths: no queries (0, 5), length 1 against 3 keys, more keys than queries, more
+  // queries than keys (rows that see no key), and no keys at all (9, 0). Both modes, and the
+  // deterministic one bitwise across runs.
+  for (DType t : dtypes())
+    for (int d : req().head_dims) {
+      Case c = varlen_case({0, 1, 70, 130, 9}, {5, 3, 200, 64, 0}, 6, 2, d, t, true);
+      c.gate = true;
+      check_or_rejected(c, [](const Case& x) {
+        check_both_modes(x);
+        FA_CHECK_OUTCOME(fa::test::check_backward_deterministic(lesson(), x));
+      });
+    }
 }
 
 TEST_CASE("backward: large positive logits") { run_pattern(Pattern::kLargePositive); }

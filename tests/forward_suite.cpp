@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "fa/params.hpp"
 #include "check.hpp"
@@ -62,13 +63,44 @@ void run_pattern(Pattern p) {
         }
 }
 
+// Varlen batches (Case::set_lengths): packed sequences of different lengths with cu_seqlens.
+struct Lengths {
+  std::vector<int> q, k;
+  int heads_q, heads_kv;
+};
+const std::vector<Lengths> kVarlenSets = {
+    // An empty sequence, a length-1 one, lengths on and off the 64- and 128-row tile edges.
+    {{1, 17, 64, 130, 0, 257}, {1, 17, 64, 130, 0, 257}, 2, 2},
+    // Key lengths unlike the query lengths: causal rows that see no key (64 queries, 1 key), a
+    // sequence without keys (3, 0) and one without queries (0, 7).
+    {{5, 100, 0, 64, 3}, {30, 100, 7, 1, 0}, 2, 2},
+    {{200, 33, 128}, {128, 90, 129}, 4, 2},  // grouped-query heads
+};
+
+Case varlen_case(const std::vector<int>& q, const std::vector<int>& k, int hq, int hkv, int d, DType t, bool causal) {
+  Case c = make(1, 1, d, t, causal);
+  c.set_lengths(q, k);
+  c.heads_q = hq;
+  c.heads_kv = hkv;
+  return c;
+}
+
+// The full check where the lesson must or does support the case, else its clear rejection.
+void check_or_rejected(const Case& c) {
+  const std::string lacks = fa::test::rejection_expected(lesson(), req(), c);
+  if (lacks.empty())
+    FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
+  else
+    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, lacks));
+}
+
 }  // namespace
 
 TEST_CASE("forward: declares the required features") {
   const std::string missing = fa::test::missing_features(lesson(), req());
-  CHECK_MESSAGE(missing.empty(), "lesson ", lesson().id, " must support: ", missing);
+  CHECK_MESSAGE(missing.empty(), "lesson ", std::string(lesson().id), " must support: ", missing);
   const bool has_forward = lesson().forward != nullptr;
-  CHECK_MESSAGE(has_forward, "lesson ", lesson().id, " has no forward entry point");
+  CHECK_MESSAGE(has_forward, "lesson ", std::string(lesson().id), " has no forward entry point");
 }
 
 TEST_CASE("forward: sequence lengths 1 17 127 128 129 1000") {
@@ -106,6 +138,47 @@ TEST_CASE("forward: fully masked rows give O = 0 and LSE = +inf") {
     for (int d : head_dims())
       for (auto [sq, sk] : {std::pair{100, 30}, std::pair{257, 128}, std::pair{5, 1}})
         FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), make(sq, sk, d, t, true)));
+}
+
+TEST_CASE("forward: varlen batches or a clear rejection") {
+  for (DType t : dtypes())
+    for (int d : req().head_dims)
+      for (bool causal : {false, true})
+        for (const Lengths& l : kVarlenSets) check_or_rejected(varlen_case(l.q, l.k, l.heads_q, l.heads_kv, d, t, causal));
+}
+
+TEST_CASE("forward: decay gate or a clear rejection") {
+  // Causal only, as the gate is defined. Four heads: every gate magnitude of make_inputs (1, 0.1,
+  // 0.01, 0), from heads that forget within a few tokens to one that never forgets.
+  for (DType t : dtypes())
+    for (int d : req().head_dims)
+      for (auto [sq, sk] : {std::pair{1, 1}, std::pair{129, 129}, std::pair{300, 300}, std::pair{70, 200}, std::pair{200, 70}}) {
+        Case c = make(sq, sk, d, t, true);
+        c.batch = 2;
+        c.heads_q = c.heads_kv = 4;
+        c.gate = true;
+        check_or_rejected(c);
+      }
+  // A long sequence: with c = 1, |G| reaches ~1.3e4 at 16k tokens, where fp32 keeps 1e-3 absolute.
+  // A kernel that rounds G to fp32 before subtracting (no anchor) has logits off by ~1e-3 there,
+  // and the LSE's 1e-4 shows it.
+  Case c = make(16384, 16384, req().head_dims.front(), dtypes().front(), true);
+  c.gate = true;
+  c.sample_rows = {0, 1, 63, 64, 4095, 8191, 12287};
+  for (int i = 16384 - 128; i < 16384; ++i) c.sample_rows.push_back(i);  // the last two tiles, where |G| is largest
+  check_or_rejected(c);
+}
+
+TEST_CASE("forward: GQA with varlen and the gate together") {
+  // Six query heads on two kv heads (all four gate magnitudes); every sequence has its own query
+  // and key lengths: no queries (0, 5), length 1 against 3 keys, more keys than queries, more
+  // queries than keys (rows that see no key), and no keys at all (9, 0).
+  for (DType t : dtypes())
+    for (int d : req().head_dims) {
+      Case c = varlen_case({0, 1, 70, 130, 9}, {5, 3, 200, 64, 0}, 6, 2, d, t, true);
+      c.gate = true;
+      check_or_rejected(c);
+    }
 }
 
 TEST_CASE("forward: large positive logits") { run_pattern(Pattern::kLargePositive); }

@@ -30,6 +30,14 @@ Requirements rope_forward() {
 // Lessons 10-11, the backward: the core's shapes and dtypes, gradients instead of outputs.
 Requirements core_backward() { return core_forward(); }
 
+// Lesson 12, forward and backward: the core, grouped-query heads, packed variable-length batches
+// (cu_seqlens) and the log-decay gate.
+Requirements gqa_varlen_gate() {
+  Requirements r = core_forward();
+  r.features.gqa = r.features.varlen = r.features.gate = true;
+  return r;
+}
+
 }  // namespace
 
 const Requirements& required_for(int lesson) {
@@ -46,6 +54,7 @@ const Requirements& required_for(int lesson) {
       {9, rope_forward()},  // RoPE fused (the forward suite runs without RoPE; lesson09 tests with it)
       {10, core_backward()},  // backward, clear (and its CPU model)
       {11, core_backward()},  // backward, fast (mma.sync)
+      {12, gqa_varlen_gate()},  // GQA, varlen and the decay gate, forward and backward
   };
   const auto it = table.find(lesson);
   if (it == table.end())

@@ -1,8 +1,10 @@
 #include "support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 #include "fa/buffer.hpp"
 #include "fa/compare.hpp"
@@ -24,12 +26,30 @@ const char* name(Pattern p) {
   return "?";
 }
 
+void Case::set_lengths(const std::vector<int>& q, const std::vector<int>& k) {
+  lens_q = q;
+  lens_k = k;
+  batch = static_cast<int>(q.size());
+  seqlen_q = std::max(1, q.empty() ? 0 : *std::max_element(q.begin(), q.end()));
+  seqlen_k = std::max(1, k.empty() ? 0 : *std::max_element(k.begin(), k.end()));
+}
+
 std::string Case::describe() const {
+  auto list = [](const std::vector<int>& x) {
+    std::string s;
+    for (int n : x) s += (s.empty() ? "{" : ",") + std::to_string(n);
+    return s + "}";
+  };
   std::ostringstream os;
-  os << "[" << fa::name(dtype) << (causal ? " causal" : " non-causal") << " batch=" << batch << " heads_q=" << heads_q
-     << " heads_kv=" << heads_kv << " seqlen_q=" << seqlen_q << " seqlen_k=" << seqlen_k << " head_dim=" << head_dim
-     << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "") << (rope ? " rope" : "")
-     << (sample_rows.empty() ? "" : " sampled rows") << " seed=" << base_seed() << "]";
+  os << "[" << fa::name(dtype) << (causal ? " causal" : " non-causal");
+  if (varlen())
+    os << " varlen lens_q=" << list(lens_q) << " lens_k=" << list(lens_k) << " heads_q=" << heads_q << " heads_kv=" << heads_kv;
+  else
+    os << " batch=" << batch << " heads_q=" << heads_q << " heads_kv=" << heads_kv << " seqlen_q=" << seqlen_q
+       << " seqlen_k=" << seqlen_k;
+  os << " head_dim=" << head_dim << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "")
+     << (rope ? " rope" : "") << (gate ? " gate" : "") << (sample_rows.empty() ? "" : " sampled rows")
+     << " seed=" << base_seed() << "]";
   return os.str();
 }
 
@@ -42,6 +62,16 @@ ref::Problem Case::problem() const {
   p.seqlen_k = seqlen_k;
   p.head_dim = head_dim;
   p.causal = causal;
+  p.gate = gate;
+  if (varlen()) {
+    auto prefix_sums = [](const std::vector<int>& lens) {
+      std::vector<int> cu{0};
+      for (int n : lens) cu.push_back(cu.back() + n);
+      return cu;
+    };
+    p.cu_seqlens_q = prefix_sums(lens_q);
+    p.cu_seqlens_k = prefix_sums(lens_k);
+  }
   return p;
 }
 
@@ -51,6 +81,55 @@ constexpr double kLog2eHost = 1.4426950408889634;
 
 size_t at(int b, int h, int s, int d, int heads, int seqlen, int dim) {
   return ((size_t(b) * heads + h) * seqlen + s) * dim + d;
+}
+
+// Where element (sequence b, head h, row s, column x) of a tensor lives in the reference's layouts
+// (reference/reference.hpp): q-side tensors (q, o, dO, dQ) or k-side ones (k, v, dK, dV), dense
+// (batch, heads, seqlen, dim) or varlen (total, heads, dim).
+struct Layout {
+  const ref::Problem& p;
+  bool q_side;
+  size_t at(int b, int h, int s, int x) const {
+    const int heads = q_side ? p.heads_q : p.heads_kv;
+    if (p.varlen()) return (size_t((q_side ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s) * heads + h) * p.head_dim + x;
+    return fa::test::at(b, h, s, x, heads, q_side ? p.seqlen_q : p.seqlen_k, p.head_dim);
+  }
+};
+
+// The LSE (q side), g and dg (k side): (batch, heads_q, seqlen) dense, (heads_q, total) varlen.
+size_t vec_at(const ref::Problem& p, bool q_side, int b, int h, int s) {
+  if (p.varlen()) return size_t(h) * (q_side ? p.total_q() : p.total_k()) + (q_side ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s;
+  return (size_t(b) * p.heads_q + h) * (q_side ? p.seqlen_q : p.seqlen_k) + s;
+}
+
+// Rows 0..n-1 of head h of sequence b, contiguous (n x dim).
+std::vector<double> head_rows(const std::vector<double>& t, const Layout& L, int b, int h, int n) {
+  std::vector<double> out(size_t(n) * L.p.head_dim);
+  for (int s = 0; s < n; ++s)
+    for (int x = 0; x < L.p.head_dim; ++x) out[size_t(s) * L.p.head_dim + x] = t[L.at(b, h, s, x)];
+  return out;
+}
+
+// A tensor's dimensions and their names, for the reports: (b, h, i or j, d) dense, (t, h, d)
+// varlen; the LSE, g and dg: (b, h, i or j) dense, (h, t) varlen.
+struct Shape {
+  std::vector<int> dims;
+  std::vector<std::string> names;
+};
+Shape tensor_shape(const Case& c, bool q_side) {
+  const int heads = q_side ? c.heads_q : c.heads_kv;
+  if (c.varlen()) {
+    const ref::Problem p = c.problem();
+    return {{q_side ? p.total_q() : p.total_k(), heads, c.head_dim}, {"t", "h", "d"}};
+  }
+  return {{c.batch, heads, q_side ? c.seqlen_q : c.seqlen_k, c.head_dim}, {"b", "h", q_side ? "i" : "j", "d"}};
+}
+Shape vector_shape(const Case& c, bool q_side) {
+  if (c.varlen()) {
+    const ref::Problem p = c.problem();
+    return {{c.heads_q, q_side ? p.total_q() : p.total_k()}, {"h", "t"}};
+  }
+  return {{c.batch, c.heads_q, q_side ? c.seqlen_q : c.seqlen_k}, {"b", "h", q_side ? "i" : "j"}};
 }
 
 // A random unit vector per (batch, kv head): the direction the adversarial logits are built on.
@@ -91,18 +170,39 @@ struct Run {
   Buffer q, k, v, o, lse;
   Buffer dout, dq, dk, dv;    // only for backward runs
   Buffer rope_cos, rope_sin;  // only for RoPE cases
+  Buffer cu_q, cu_k;          // only for varlen cases: cu_seqlens_q and cu_seqlens_k, int32
+  Buffer gate, dgate;         // only for gated cases (dgate: backward runs)
   RopeTables rope;            // their host copy, for the reference
   AttnParams p;
+
+  // Every buffer of the run (their guards are checked after each run).
+  std::vector<const Buffer*> buffers() const {
+    std::vector<const Buffer*> all;
+    for (const Buffer* b : {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &rope_cos, &rope_sin, &cu_q, &cu_k, &gate, &dgate})
+      if (b->bytes() > 0) all.push_back(b);
+    return all;
+  }
 };
 
+// What a pass writes: the buffers poisoned before it runs.
+std::vector<Buffer*> outputs(Run& r, Direction pass) {
+  if (pass == Direction::kForward) return {&r.o, &r.lse};
+  std::vector<Buffer*> out{&r.dq, &r.dk, &r.dv};
+  if (r.dgate.bytes() > 0) out.push_back(&r.dgate);
+  return out;
+}
+
 Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
+  if (c.varlen() && (c.bshd || c.rope || !c.sample_rows.empty()))
+    throw std::invalid_argument("test case error: bshd, rope and sampled rows are for dense cases, not varlen");
+  const ref::Problem prob = c.problem();
   Run r;
   const size_t nq = in.q.size() * 2, nk = in.k.size() * 2;
   r.q = Buffer(lesson.memory, nq, "q");
   r.k = Buffer(lesson.memory, nk, "k");
   r.v = Buffer(lesson.memory, nk, "v");
   r.o = Buffer(lesson.memory, nq, "o");
-  r.lse = Buffer(lesson.memory, size_t(c.batch) * c.heads_q * c.seqlen_q * 4, "lse");
+  r.lse = Buffer(lesson.memory, size_t(prob.total_q()) * c.heads_q * 4, "lse");
   if (c.bshd) {
     r.q.upload(to_bshd(in.q, c.batch, c.heads_q, c.seqlen_q, c.head_dim).data(), nq);
     r.k.upload(to_bshd(in.k, c.batch, c.heads_kv, c.seqlen_k, c.head_dim).data(), nk);
@@ -127,7 +227,22 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
   p.v = r.v.data();
   p.o = r.o.data();
   p.lse = static_cast<float*>(r.lse.data());
+  if (c.varlen()) {  // before set_contiguous_strides: the strides of packed tensors
+    r.cu_q = Buffer(lesson.memory, prob.cu_seqlens_q.size() * 4, "cu_seqlens_q");
+    r.cu_k = Buffer(lesson.memory, prob.cu_seqlens_k.size() * 4, "cu_seqlens_k");
+    r.cu_q.upload(prob.cu_seqlens_q.data(), r.cu_q.bytes());
+    r.cu_k.upload(prob.cu_seqlens_k.data(), r.cu_k.bytes());
+    p.cu_seqlens_q = static_cast<const int*>(r.cu_q.data());
+    p.cu_seqlens_k = static_cast<const int*>(r.cu_k.data());
+    p.total_q = prob.total_q();
+    p.total_k = prob.total_k();
+  }
   set_contiguous_strides(p);
+  if (c.gate) {
+    r.gate = Buffer(lesson.memory, in.g.size() * 4, "gate");
+    r.gate.upload(in.g.data(), r.gate.bytes());
+    p.gate = static_cast<const float*>(r.gate.data());
+  }
   if (c.rope) {
     const RopeTables& t = r.rope = rope_tables(c.seqlen_k, c.head_dim);
     r.rope_cos = Buffer(lesson.memory, t.cos.size() * 4, "rope_cos");
@@ -153,14 +268,36 @@ void sync(const LessonInfo& lesson) {
 }
 
 // Poison the outputs, run through the one entry point, and check the guards of every buffer.
-void execute(const LessonInfo& lesson, Run& r) {
-  r.o.poison();
-  r.lse.poison();
+void execute(const LessonInfo& lesson, Run& r, Direction pass = Direction::kForward) {
+  for (Buffer* b : outputs(r, pass)) b->poison();
   sync(lesson);
-  run_forward(lesson, r.p);
+  if (pass == Direction::kForward) run_forward(lesson, r.p);
+  else run_backward(lesson, r.p);
   sync(lesson);
-  for (const Buffer* b : {&r.q, &r.k, &r.v, &r.o, &r.lse}) b->check_guards();
-  if (r.p.rope_cos != nullptr) r.rope_cos.check_guards(), r.rope_sin.check_guards();
+  for (const Buffer* b : r.buffers()) b->check_guards();
+}
+
+// A 16-bit tensor read back in the reference's layout (bshd cases back from their strides), as
+// storage bits and as values.
+std::vector<uint16_t> read_bits(const Case& c, const Buffer& buf, bool q_side) {
+  std::vector<uint16_t> bits = buf.to_host<uint16_t>();
+  if (c.bshd) bits = to_bshd(bits, c.batch, q_side ? c.heads_q : c.heads_kv, q_side ? c.seqlen_q : c.seqlen_k, c.head_dim, true);
+  return bits;
+}
+std::vector<double> read_values(const Case& c, const Buffer& buf, bool q_side) {
+  const std::vector<uint16_t> bits = read_bits(c, buf, q_side);
+  std::vector<double> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_storage(c.dtype, bits[i]);
+  return out;
+}
+
+// The inputs must come back untouched: "" if they did, else the name of the first one that changed.
+std::string changed_input(const Case& c, const Run& r, const Inputs& in) {
+  if (read_bits(c, r.q, true) != in.q) return r.q.name();
+  if (read_bits(c, r.k, false) != in.k) return r.k.name();
+  if (read_bits(c, r.v, false) != in.v) return r.v.name();
+  if (c.gate && r.gate.to_host<float>() != in.g) return r.gate.name();
+  return "";
 }
 
 // What the reference is given. With RoPE, Q and K rotated and rounded to the storage type: every
@@ -184,7 +321,9 @@ bool all_bytes(const Buffer& b, uint8_t value) {
   return true;
 }
 
-// When O or the LSE is wrong, look for the patterns a few classic bugs leave and say so.
+// When O or the LSE is wrong, look for the patterns a few classic bugs leave and say so. Row r of
+// `o` is the row of lse[r] (varlen cases reorder O with heads_first); the hints about tiles of
+// rows and about heads read dense cases only.
 std::string hints(const Case& c, const std::vector<double>& o, const std::vector<double>& want_o,
                   const std::vector<double>& lse, const std::vector<double>& want_lse, const Tolerance& tol) {
   const int rows = static_cast<int>(want_lse.size()), d = c.head_dim, sq = c.seqlen_q;
@@ -243,7 +382,7 @@ std::string hints(const Case& c, const std::vector<double>& o, const std::vector
   int first_bad = -1;
   for (int r = 0; r < rows && first_bad < 0; ++r)
     if (bad_row[r]) first_bad = r % sq;
-  bool only_tail = first_bad > 0 && c.sample_rows.empty();
+  bool only_tail = first_bad > 0 && c.sample_rows.empty() && !c.varlen();
   for (int r = 0; r < rows && only_tail; ++r) only_tail = !bad_row[r] || (r % sq) >= first_bad;
   for (int t : {16, 32, 64, 128})
     if (only_tail && sq % t != 0 && first_bad == sq / t * t) {
@@ -252,7 +391,7 @@ std::string hints(const Case& c, const std::vector<double>& o, const std::vector
       break;
     }
   // Only heads other than the first.
-  if (c.batch * c.heads_q > 1 && c.sample_rows.empty()) {
+  if (c.batch * c.heads_q > 1 && c.sample_rows.empty() && !c.varlen()) {
     bool first_ok = true, other_bad = false;
     for (int r = 0; r < rows; ++r) {
       if (r < sq) first_ok = first_ok && !bad_row[r];
@@ -263,6 +402,16 @@ std::string hints(const Case& c, const std::vector<double>& o, const std::vector
   std::string text;
   for (const auto& h : out) text += "\n  hint: " + h;
   return text;
+}
+
+// A varlen O, (total, heads, dim), as (heads, total, dim): the order of its LSE, for hints().
+std::vector<double> heads_first(const Case& c, const std::vector<double>& o) {
+  const int heads = c.heads_q, d = c.head_dim, total = static_cast<int>(o.size() / (size_t(heads) * d));
+  std::vector<double> out(o.size());
+  for (int t = 0; t < total; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int x = 0; x < d; ++x) out[(size_t(h) * total + t) * d + x] = o[(size_t(t) * heads + h) * d + x];
+  return out;
 }
 
 Outcome fail(const Case& c, const std::string& what) { return {false, false, c.describe() + "\n  " + what}; }
@@ -288,7 +437,7 @@ Outcome guarded(const Case& c, F&& body) {
 // Taking them from the reference, not from a lesson's forward, keeps a backward failure the
 // backward's own; the forward suites check the forward.
 struct BackwardInputs {
-  std::vector<uint16_t> o, dout;  // storage bits, (batch, heads_q, seqlen_q, head_dim)
+  std::vector<uint16_t> o, dout;  // storage bits, in the layout of q
   std::vector<float> lse;
   std::vector<double> dout_values;
   BackwardInputs(const Case& c, const Inputs& in) {
@@ -310,6 +459,7 @@ Run prepare_backward(const LessonInfo& lesson, const Case& c, const Inputs& in, 
   r.dq = Buffer(lesson.memory, nq, "dq");
   r.dk = Buffer(lesson.memory, nk, "dk");
   r.dv = Buffer(lesson.memory, nk, "dv");
+  if (c.gate) r.dgate = Buffer(lesson.memory, in.g.size() * 4, "dgate");
   auto layout = [&](const std::vector<uint16_t>& x) {
     return c.bshd ? to_bshd(x, c.batch, c.heads_q, c.seqlen_q, c.head_dim) : x;
   };
@@ -321,27 +471,10 @@ Run prepare_backward(const LessonInfo& lesson, const Case& c, const Inputs& in, 
   p.dq = r.dq.data();
   p.dk = r.dk.data();
   p.dv = r.dv.data();
+  if (c.gate) p.dgate = static_cast<float*>(r.dgate.data());
   p.do_stride = p.dq_stride = p.q_stride;
   p.dk_stride = p.dv_stride = p.k_stride;
   return r;
-}
-
-void execute_backward(const LessonInfo& lesson, Run& r) {
-  for (Buffer* b : {&r.dq, &r.dk, &r.dv}) b->poison();
-  sync(lesson);
-  run_backward(lesson, r.p);
-  sync(lesson);
-  for (const Buffer* b : {&r.q, &r.k, &r.v, &r.o, &r.lse, &r.dout, &r.dq, &r.dk, &r.dv}) b->check_guards();
-}
-
-// A gradient read back as fp64 in the (batch, heads, seqlen, head_dim) layout.
-std::vector<double> gradient(const Case& c, const Buffer& buf, bool q_side) {
-  std::vector<uint16_t> bits = buf.to_host<uint16_t>();
-  const int heads = q_side ? c.heads_q : c.heads_kv, seqlen = q_side ? c.seqlen_q : c.seqlen_k;
-  if (c.bshd) bits = to_bshd(bits, c.batch, heads, seqlen, c.head_dim, true);
-  std::vector<double> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_storage(c.dtype, bits[i]);
-  return out;
 }
 
 float round_as(DType t, float x) { return static_cast<float>(from_storage(t, to_storage(t, x))); }
@@ -349,31 +482,44 @@ float round_as(DType t, float x) { return static_cast<float>(from_storage(t, to_
 // The naive same-precision computation of FlashAttention-2's rule: standard attention as a
 // framework computes it in fp16/bf16 (fp32 accumulation, every materialised matrix rounded to the
 // storage type): S, P, O, dP, dS and the gradients. Its error against the fp64 reference is what
-// 16-bit storage costs anyway; a kernel may be a small multiple of it, not more.
+// 16-bit storage costs anyway; a kernel may be a small multiple of it, not more. One (sequence,
+// head) at a time, dense or varlen. With the gate, G is an fp32 cumsum of g and the logits are
+// round(fp32(scale q.k) + fp32(G_i - G_j)); dG_t = rowsum(dS of the query at t) - colsum(dS of key
+// t) and dg = the reverse cumsum of dG, in fp32 (reference/reference.cpp derives them).
 // Alongside, `mag`: for every gradient element the sum of the sizes of its terms, the scale of its
 // rounding error (runtime/compare.cpp): with A_ij = P_ij (sum_d |dO_id| |v_jd| + sum_d |dO_id| |O_id|)
-// the size of dS_ij's terms, mag(dQ) = scale A |K|, mag(dK) = scale A^T |Q|, mag(dV) = P^T |dO|.
-// A visible P_ij and A_ij count as at least nu, the storage type's smallest normal number: below
-// it fp16 rounds with an absolute error of half a subnormal step (2^-25), not a relative one.
+// the size of dS_ij's terms, mag(dQ) = scale A |K|, mag(dK) = scale A^T |Q|, mag(dV) = P^T |dO|,
+// mag(dG_t) = sum_i A_it (+ sum_j A_ij of the query i at t), mag(dg_t) = sum_{t' >= t} mag(dG_t').
+// A visible P_ij counts as at least nu, the storage type's smallest normal number: below it fp16
+// rounds with an absolute error of half a subnormal step (2^-25), not a relative one, and the
+// kernels' exp2 flushes fp32 values below 2^-126 to 0 (ftz): a P below nu is all error, and
+// counts as nu / (4u) in mag (the tolerance is 4u mag).
 struct Naive {
   ref::Gradients g, mag;
 };
 Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<double>& dout) {
-  const int D = c.head_dim, lq = c.seqlen_q, lk = c.seqlen_k, group = c.heads_q / c.heads_kv;
+  const ref::Problem prob = c.problem();
+  const Layout qside{prob, true}, kside{prob, false};
+  const int D = c.head_dim, group = c.heads_q / c.heads_kv;
   const float scale = static_cast<float>(default_scale(D));
   const DType t = c.dtype;
-  std::vector<float> dq(in.q.size()), dk(in.k.size(), 0.f), dv(in.v.size(), 0.f);
-  std::vector<double> mq(in.q.size()), mk(in.k.size(), 0.0), mv(in.v.size(), 0.0);
-  std::vector<float> P(size_t(lq) * lk), dS(size_t(lq) * lk), O(size_t(lq) * D), dP(lk);
-  std::vector<double> A(size_t(lq) * lk), Pm(size_t(lq) * lk);
+  std::vector<float> dq(in.q.size()), dk(in.k.size(), 0.f), dv(in.v.size(), 0.f), dg(in.g.size());
+  std::vector<double> mq(in.q.size()), mk(in.k.size(), 0.0), mv(in.v.size(), 0.0), mg(in.g.size());
+  std::vector<float> P(size_t(c.seqlen_q) * c.seqlen_k), dS(size_t(c.seqlen_q) * c.seqlen_k), O(size_t(c.seqlen_q) * D),
+      dP(c.seqlen_k), G;
+  std::vector<double> A(size_t(c.seqlen_q) * c.seqlen_k), Pm(size_t(c.seqlen_q) * c.seqlen_k);
   const double nu = t == DType::kF16 ? 0x1p-14 : 0x1p-126;
-  for (int b = 0; b < c.batch; ++b)
+  for (int b = 0; b < prob.sequences(); ++b)
     for (int h = 0; h < c.heads_q; ++h) {
-      const int hk = h / group;
-      const double* q = &in.q[at(b, h, 0, 0, c.heads_q, lq, D)];
-      const double* dO = &dout[at(b, h, 0, 0, c.heads_q, lq, D)];
-      const double* k = &in.k[at(b, hk, 0, 0, c.heads_kv, lk, D)];
-      const double* v = &in.v[at(b, hk, 0, 0, c.heads_kv, lk, D)];
+      const int hk = h / group, lq = prob.len_q(b), lk = prob.len_k(b);
+      const std::vector<double> qrows = head_rows(in.q, qside, b, h, lq), dorows = head_rows(dout, qside, b, h, lq),
+                                krows = head_rows(in.k, kside, b, hk, lk), vrows = head_rows(in.v, kside, b, hk, lk);
+      const double *q = qrows.data(), *dO = dorows.data(), *k = krows.data(), *v = vrows.data();
+      if (c.gate) {  // G = cumsum(g) in fp32
+        G.assign(lk, 0.f);
+        float acc = 0.f;
+        for (int j = 0; j < lk; ++j) G[j] = acc += static_cast<float>(in.g[vec_at(prob, false, b, h, j)]);
+      }
       for (int i = 0; i < lq; ++i) {
         float* p = &P[size_t(i) * lk];
         float mx = -INFINITY;
@@ -381,7 +527,9 @@ Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<do
           if (c.causal && !ref::visible(i, j, lq, lk)) { p[j] = -INFINITY; continue; }
           float acc = 0.f;
           for (int d = 0; d < D; ++d) acc += float(q[size_t(i) * D + d]) * float(k[size_t(j) * D + d]);
-          p[j] = round_as(t, acc * scale);
+          float s = acc * scale;
+          if (c.gate) s += G[i + lk - lq] - G[j];  // visible (the gate is causal): i + lk - lq >= j >= 0
+          p[j] = round_as(t, s);
           mx = std::max(mx, p[j]);
         }
         float sum = 0.f;
@@ -406,17 +554,15 @@ Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<do
           dP[j] = round_as(t, acc);
           dot += p[j] * dP[j];
           const bool seen = !c.causal || ref::visible(i, j, lq, lk);
-          A[size_t(i) * lk + j] = seen ? std::max(nu, p[j] * (mag + od)) : 0.0;
-          Pm[size_t(i) * lk + j] = seen ? std::max(nu, double(p[j])) : 0.0;
+          // A P below nu may be flushed to 0 by the kernels' exp2 (ftz): its whole term is then
+          // the error, so it enters mag at nu / (4u), which the tolerance 4u mag turns back
+          // into nu times the term's other factors.
+          const double pm = p[j] >= nu ? double(p[j]) : nu / (4 * gradient_unit(t));
+          A[size_t(i) * lk + j] = seen ? std::max(nu, pm * (mag + od)) : 0.0;
+          Pm[size_t(i) * lk + j] = seen ? pm : 0.0;
         }
         for (int j = 0; j < lk; ++j) dS[size_t(i) * lk + j] = round_as(t, p[j] * (dP[j] - dot));
       }
-      float* gq = &dq[at(b, h, 0, 0, c.heads_q, lq, D)];
-      float* gk = &dk[at(b, hk, 0, 0, c.heads_kv, lk, D)];
-      float* gv = &dv[at(b, hk, 0, 0, c.heads_kv, lk, D)];
-      double* aq = &mq[at(b, h, 0, 0, c.heads_q, lq, D)];
-      double* ak_ = &mk[at(b, hk, 0, 0, c.heads_kv, lk, D)];
-      double* av_ = &mv[at(b, hk, 0, 0, c.heads_kv, lk, D)];
       for (int i = 0; i < lq; ++i)
         for (int d = 0; d < D; ++d) {
           float acc = 0.f;
@@ -425,8 +571,8 @@ Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<do
             acc += dS[size_t(i) * lk + j] * float(k[size_t(j) * D + d]);
             mag += A[size_t(i) * lk + j] * std::fabs(k[size_t(j) * D + d]);
           }
-          gq[size_t(i) * D + d] = round_as(t, round_as(t, acc) * scale);
-          aq[size_t(i) * D + d] = scale * mag;
+          dq[qside.at(b, h, i, d)] = round_as(t, round_as(t, acc) * scale);
+          mq[qside.at(b, h, i, d)] = scale * mag;
         }
       for (int j = 0; j < lk; ++j)
         for (int d = 0; d < D; ++d) {
@@ -438,19 +584,41 @@ Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<do
             mk1 += A[size_t(i) * lk + j] * std::fabs(q[size_t(i) * D + d]);
             mv1 += Pm[size_t(i) * lk + j] * std::fabs(dO[size_t(i) * D + d]);
           }
-          gk[size_t(j) * D + d] += round_as(t, round_as(t, ak) * scale);  // GQA: the heads' sum, in fp32
-          gv[size_t(j) * D + d] += round_as(t, av);
-          ak_[size_t(j) * D + d] += scale * mk1;
-          av_[size_t(j) * D + d] += mv1;
+          dk[kside.at(b, hk, j, d)] += round_as(t, round_as(t, ak) * scale);  // GQA: the heads' sum, in fp32
+          dv[kside.at(b, hk, j, d)] += round_as(t, av);
+          mk[kside.at(b, hk, j, d)] += scale * mk1;
+          mv[kside.at(b, hk, j, d)] += mv1;
         }
+      if (c.gate) {
+        std::vector<float> rows(lq, 0.f), cols(lk, 0.f);
+        std::vector<double> arows(lq, 0.0), acols(lk, 0.0);
+        for (int i = 0; i < lq; ++i)
+          for (int j = 0; j < lk; ++j) {
+            rows[i] += dS[size_t(i) * lk + j];
+            cols[j] += dS[size_t(i) * lk + j];
+            arows[i] += A[size_t(i) * lk + j];
+            acols[j] += A[size_t(i) * lk + j];
+          }
+        float acc = 0.f;
+        double mag = 0;
+        for (int pos = lk - 1; pos >= 0; --pos) {  // the query at key position pos, if any, is row pos - (lk - lq)
+          const int i = pos - (lk - lq);
+          acc += (i >= 0 ? rows[i] : 0.f) - cols[pos];
+          mag += acols[pos] + (i >= 0 ? arows[i] : 0.0);
+          dg[vec_at(prob, false, b, h, pos)] = acc;
+          mg[vec_at(prob, false, b, h, pos)] = mag;
+        }
+      }
     }
   Naive n;
   n.g.dq.assign(dq.begin(), dq.end());
   for (float x : dk) n.g.dk.push_back(round_as(t, x));
   for (float x : dv) n.g.dv.push_back(round_as(t, x));
+  n.g.dg.assign(dg.begin(), dg.end());
   n.mag.dq = std::move(mq);
   n.mag.dk = std::move(mk);
   n.mag.dv = std::move(mv);
+  n.mag.dg = std::move(mg);
   return n;
 }
 
@@ -472,16 +640,16 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 // rule: max error <= 3x the naive computation's (+ 2^-20 max mag: fp32 noise where the naive one
 // happens to be exact). Every failure says MISMATCH (tests/run_mutant.sh counts only numerical
 // rejections).
+// dg is fp32, but its error comes from the 16-bit inputs and O like the others': the same u.
 bool check_gradient(const Case& c, const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
-                    const std::vector<double>& naive, const std::vector<double>& mag, bool q_side, std::string& text) {
+                    const std::vector<double>& naive, const std::vector<double>& mag, const Shape& shape, std::string& text) {
   const double u = gradient_unit(c.dtype);
   std::vector<double> atol(mag.size());
   for (size_t i = 0; i < mag.size(); ++i) atol[i] = 4 * u * mag[i];
   const Tolerance tol{c.dtype == DType::kF16 ? 0x1p-25 : 0.0, 2 * u,
                       c.dtype == DType::kF16 ? "fp16 gradient: atol_e = 4u mag_e (the sizes of its terms) + 2^-25, rtol 2u, u = 2^-11"
                                              : "bf16 gradient: atol_e = 4u mag_e (the sizes of its terms), rtol 2u, u = 2^-8"};
-  const int heads = q_side ? c.heads_q : c.heads_kv, seqlen = q_side ? c.seqlen_q : c.seqlen_k;
-  const CompareReport r = compare(what, got, want, tol, {c.batch, heads, seqlen, c.head_dim}, {"b", "h", q_side ? "i" : "j", "d"}, &atol);
+  const CompareReport r = compare(what, got, want, tol, shape.dims, shape.names, &atol);
   double err2 = 0, nerr2 = 0, ref2 = 0, mag2 = 0, dot = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::isnan(got[i]) ? INFINITY : got[i] - want[i];
@@ -511,9 +679,11 @@ bool check_gradient(const Case& c, const std::string& what, const std::vector<do
     const double f = dot / ref2;
     double res2 = 0;
     for (size_t i = 0; i < got.size(); ++i) res2 += (got[i] - f * want[i]) * (got[i] - f * want[i]);
-    if (std::fabs(f - 1) > 0.01 && res2 < 1e-4 * f * f * ref2)
-      os << "\n  hint: " << what << " is the right gradient times " << f << " (softmax scale " << default_scale(c.head_dim)
-         << "): is the scale applied twice, or not at all?";
+    if (std::fabs(f - 1) > 0.01 && res2 < 1e-4 * f * f * ref2) {
+      os << "\n  hint: " << what << " is the right gradient times " << f;
+      if (what != "dg")
+        os << " (softmax scale " << default_scale(c.head_dim) << "): is the scale applied twice, or not at all?";
+    }
   }
   text += os.str();
   return ok;
@@ -522,10 +692,13 @@ bool check_gradient(const Case& c, const std::string& what, const std::vector<do
 }  // namespace
 
 Inputs make_inputs(const Case& c, uint64_t seed) {
+  if (c.varlen() && c.pattern != Pattern::kRandn)
+    throw std::invalid_argument("test case error: the adversarial input patterns are for dense cases, not varlen");
   Rng rng(seed);
+  const ref::Problem prob = c.problem();
   const int D = c.head_dim;
-  const size_t nq = size_t(c.batch) * c.heads_q * c.seqlen_q * D;
-  const size_t nk = size_t(c.batch) * c.heads_kv * c.seqlen_k * D;
+  const size_t nq = size_t(prob.total_q()) * c.heads_q * D;
+  const size_t nk = size_t(prob.total_k()) * c.heads_kv * D;
   std::vector<double> q(nq), k(nk), v(nk);
   for (double& x : q) x = rng.normal();
   for (double& x : k) x = rng.normal();
@@ -574,6 +747,18 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   round_to(c.dtype, q, in.q, in.values.q);
   round_to(c.dtype, k, in.k, in.values.k);
   round_to(c.dtype, v, in.v, in.values.v);
+  if (c.gate) {
+    // g = c_h log(sigmoid(x)) = -c_h log(1 + exp(-x)) <= 0: with c = 1 a key's weight falls by
+    // e^-0.8 per token on average, with c = 0.01 by e^-0.8 per hundred; c = 0 is no decay at all.
+    const double magnitude[] = {1.0, 0.1, 0.01, 0.0};
+    const size_t per_head = c.varlen() ? prob.total_k() : c.seqlen_k;  // g is (..., heads_q, per_head)
+    in.g.resize(size_t(c.heads_q) * prob.total_k());
+    for (size_t e = 0; e < in.g.size(); ++e) {
+      const double x = rng.normal();
+      in.g[e] = static_cast<float>(-magnitude[(e / per_head) % c.heads_q % 4] * std::log1p(std::exp(-x)));
+    }
+    in.values.g.assign(in.g.begin(), in.g.end());
+  }
   return in;
 }
 
@@ -582,21 +767,15 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
     const Inputs in = make_inputs(c, seed_for(c.describe()));
     Run r = prepare(lesson, c, in);
     execute(lesson, r);
-    // The inputs must come back untouched.
-    for (auto [buf, host] : {std::pair<const Buffer*, const std::vector<uint16_t>*>{&r.q, &in.q}, {&r.k, &in.k}, {&r.v, &in.v}}) {
-      std::vector<uint16_t> now = buf->to_host<uint16_t>();
-      if (c.bshd) now = to_bshd(now, c.batch, buf == &r.q ? c.heads_q : c.heads_kv, buf == &r.q ? c.seqlen_q : c.seqlen_k, c.head_dim, true);
-      if (now != *host) return fail(c, "the lesson modified its input " + buf->name());
-    }
-    std::vector<uint16_t> obits = r.o.to_host<uint16_t>();
-    if (c.bshd) obits = to_bshd(obits, c.batch, c.heads_q, c.seqlen_q, c.head_dim, true);
+    const std::string changed = changed_input(c, r, in);
+    if (!changed.empty()) return fail(c, "the lesson modified its input " + changed);
+    std::vector<double> o = read_values(c, r.o, true);
     const std::vector<float> lse32 = r.lse.to_host<float>();
-    std::vector<double> o(obits.size()), lse(lse32.begin(), lse32.end());
-    for (size_t i = 0; i < o.size(); ++i) o[i] = from_storage(c.dtype, obits[i]);
+    std::vector<double> lse(lse32.begin(), lse32.end());
 
     const ref::Problem prob = c.problem();
     const Tolerance otol = output_tolerance(c.dtype), ltol = lse_tolerance();
-    std::vector<int> dims_o{c.batch, c.heads_q, c.seqlen_q, c.head_dim}, dims_l{c.batch, c.heads_q, c.seqlen_q};
+    Shape so = tensor_shape(c, true), sl = vector_shape(c, true);
     if (!c.sample_rows.empty()) {
       // Large problems: every element must be written (no NaN left from the poison), and the
       // sampled rows must match the reference.
@@ -615,16 +794,18 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
         }
       o.swap(os);
       lse.swap(ls);
-      dims_o[2] = dims_l[2] = n;
+      so.dims[2] = sl.dims[2] = n;
+      so.names[2] = sl.names[2] = "sampled row";
     }
     const ref::Forward want = ref::forward(prob, reference_inputs(c, in, r.rope), c.sample_rows.empty() ? nullptr : &c.sample_rows);
-    const std::vector<std::string> names_o{"b", "h", c.sample_rows.empty() ? "i" : "sampled row", "d"};
-    const CompareReport ro = compare("O", o, want.o, otol, dims_o, names_o);
-    const CompareReport rl = compare("LSE", lse, want.lse, ltol, dims_l, {names_o[0], names_o[1], names_o[2]});
+    const CompareReport ro = compare("O", o, want.o, otol, so.dims, so.names);
+    const CompareReport rl = compare("LSE", lse, want.lse, ltol, sl.dims, sl.names);
     const bool ok = ro.ok && rl.ok;
-    return Outcome{ok, false,
-                   c.describe() + "\n  " + ro.text + "\n  " + rl.text + (ok ? "" : hints(c, o, want.o, lse, want.lse, otol)),
-                   ro.max_abs_err};
+    std::string why;
+    if (!ok)
+      why = c.varlen() ? hints(c, heads_first(c, o), heads_first(c, want.o), lse, want.lse, otol)
+                       : hints(c, o, want.o, lse, want.lse, otol);
+    return Outcome{ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text + why, ro.max_abs_err};
   });
 }
 
@@ -648,9 +829,8 @@ Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::funct
   try {
     const Inputs in = make_inputs(c, seed_for(c.describe()));
     Run r = dir == Direction::kForward ? prepare(lesson, c, in) : prepare_backward(lesson, c, in, BackwardInputs(c, in));
-    std::vector<Buffer*> outputs{&r.o, &r.lse};
-    if (dir == Direction::kBackward) outputs = {&r.dq, &r.dk, &r.dv};
-    for (Buffer* b : outputs) b->poison();
+    const std::vector<Buffer*> written = outputs(r, dir);
+    for (Buffer* b : written) b->poison();
     break_it(r.p);
     try {
       if (dir == Direction::kForward) run_forward(lesson, r.p);
@@ -662,7 +842,7 @@ Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::funct
       if (msg.find(lesson.id) == std::string::npos || msg.find(expect) == std::string::npos)
         return fail(c, "rejected, but the message should name the lesson and say '" + expect + "': " + msg);
       bool untouched = true;
-      for (const Buffer* b : outputs) untouched = untouched && all_bytes(*b, Buffer::kPoisonByte);
+      for (const Buffer* b : written) untouched = untouched && all_bytes(*b, Buffer::kPoisonByte);
       if (!untouched)
         return fail(c, "rejected, but only after writing the outputs (validate before any launch): " + msg);
       return {true, false, "rejected: " + msg};
@@ -681,18 +861,20 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
     const BackwardInputs bi(c, in);
     Run r = prepare_backward(lesson, c, in, bi);
     r.p.deterministic = deterministic;
-    execute_backward(lesson, r);
-    for (auto [buf, host] : {std::pair<const Buffer*, const std::vector<uint16_t>*>{&r.q, &in.q}, {&r.k, &in.k}, {&r.v, &in.v}}) {
-      std::vector<uint16_t> now = buf->to_host<uint16_t>();
-      if (c.bshd) now = to_bshd(now, c.batch, buf == &r.q ? c.heads_q : c.heads_kv, buf == &r.q ? c.seqlen_q : c.seqlen_k, c.head_dim, true);
-      if (now != *host) return fail(c, "the lesson modified its input " + buf->name());
-    }
+    execute(lesson, r, Direction::kBackward);
+    const std::string changed = changed_input(c, r, in);
+    if (!changed.empty()) return fail(c, "the lesson modified its input " + changed);
     const ref::Gradients want = ref::backward(c.problem(), in.values, bi.dout_values);
     const Naive naive = naive_gradients(c, in.values, bi.dout_values);
     std::string text = c.describe() + (deterministic ? " deterministic mode" : "");
-    bool ok = check_gradient(c, "dQ", gradient(c, r.dq, true), want.dq, naive.g.dq, naive.mag.dq, true, text);
-    ok = check_gradient(c, "dK", gradient(c, r.dk, false), want.dk, naive.g.dk, naive.mag.dk, false, text) && ok;
-    ok = check_gradient(c, "dV", gradient(c, r.dv, false), want.dv, naive.g.dv, naive.mag.dv, false, text) && ok;
+    const Shape sq = tensor_shape(c, true), sk = tensor_shape(c, false);
+    bool ok = check_gradient(c, "dQ", read_values(c, r.dq, true), want.dq, naive.g.dq, naive.mag.dq, sq, text);
+    ok = check_gradient(c, "dK", read_values(c, r.dk, false), want.dk, naive.g.dk, naive.mag.dk, sk, text) && ok;
+    ok = check_gradient(c, "dV", read_values(c, r.dv, false), want.dv, naive.g.dv, naive.mag.dv, sk, text) && ok;
+    if (c.gate) {
+      const std::vector<float> dg = r.dgate.to_host<float>();
+      ok = check_gradient(c, "dg", {dg.begin(), dg.end()}, want.dg, naive.g.dg, naive.mag.dg, vector_shape(c, false), text) && ok;
+    }
     return Outcome{ok, false, text, 0};
   });
 }
@@ -703,17 +885,22 @@ Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c) {
     Run r = prepare_backward(lesson, c, in, BackwardInputs(c, in));
     r.p.deterministic = true;
     std::vector<std::vector<uint8_t>> first;
+    std::string names;
     for (int run = 0; run < 3; ++run) {
-      execute_backward(lesson, r);
-      std::vector<std::vector<uint8_t>> now{r.dq.to_host<uint8_t>(), r.dk.to_host<uint8_t>(), r.dv.to_host<uint8_t>()};
-      if (run == 0) first = now;
-      const char* names[] = {"dQ", "dK", "dV"};
-      for (int t = 0; t < 3; ++t)
-        if (now[t] != first[t])
-          return fail(c, std::string("MISMATCH: deterministic mode, yet run ") + std::to_string(run + 1) +
-                             " differs bitwise from run 1 in " + names[t]);
+      execute(lesson, r, Direction::kBackward);
+      const std::vector<Buffer*> written = outputs(r, Direction::kBackward);
+      for (size_t t = 0; t < written.size(); ++t) {
+        const std::vector<uint8_t> now = written[t]->to_host<uint8_t>();
+        if (run == 0) {
+          first.push_back(now);
+          names += (t ? ", " : "") + written[t]->name();
+        } else if (now != first[t]) {
+          return fail(c, "MISMATCH: deterministic mode, yet run " + std::to_string(run + 1) + " differs bitwise from run 1 in " +
+                             written[t]->name());
+        }
+      }
     }
-    return {true, false, c.describe() + " deterministic mode: dQ, dK, dV bitwise identical across three runs"};
+    return {true, false, c.describe() + " deterministic mode: " + names + " bitwise identical across three runs"};
   });
 }
 
@@ -736,6 +923,14 @@ std::string missing_features(const LessonInfo& lesson, const Requirements& req) 
   for (int d : req.head_dims)
     if (!supports_head_dim(lesson, d)) out += std::string(out.empty() ? "" : ", ") + "head_dim " + std::to_string(d);
   return out;
+}
+
+std::string rejection_expected(const LessonInfo& lesson, const Requirements& req, const Case& c) {
+  const Features &have = lesson.features, &need = req.features;
+  if (c.heads_q != c.heads_kv && !need.gqa && !have.gqa) return "grouped-query";
+  if (c.varlen() && !need.varlen && !have.varlen) return "variable-length";
+  if (c.gate && !need.gate && !have.gate) return "log-decay gate";
+  return "";
 }
 
 bool supports_head_dim(const LessonInfo& lesson, int d) {

@@ -27,18 +27,32 @@ struct Case {
   int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
   DType dtype = DType::kF16;
   bool causal = false;
-  Pattern pattern = Pattern::kRandn;
-  bool bshd = false;              // store tensors as (batch, seqlen, heads, head_dim) through strides
+  Pattern pattern = Pattern::kRandn;  // the adversarial patterns are for dense cases
+  bool bshd = false;              // store tensors as (batch, seqlen, heads, head_dim) through strides (dense only)
   bool rope = false;              // RoPE on Q and K: fp32 tables (fa::rope_tables, base 10000) of seqlen_k positions
-  std::vector<int> sample_rows;   // compare only these query rows (large problems); empty: all
+  std::vector<int> sample_rows;   // compare only these query rows (large problems, dense only); empty: all
+  // Varlen when not empty: one length per sequence (0: an empty sequence), packed (total, heads,
+  // head_dim) with cu_seqlens. Set them with set_lengths, which keeps batch and seqlen_q/k in step.
+  std::vector<int> lens_q, lens_k;
+  bool gate = false;              // the log-decay gate (causal only): g from make_inputs, dg checked by the backward
+
+  bool varlen() const { return !lens_q.empty(); }
+  // Makes this a varlen case: batch becomes the number of sequences, seqlen_q and seqlen_k the
+  // longest (at least 1), as AttnParams holds them.
+  void set_lengths(const std::vector<int>& q, const std::vector<int>& k);
   std::string describe() const;
   ref::Problem problem() const;
 };
 
 struct Inputs {
-  std::vector<uint16_t> q, k, v;  // storage bits, (batch, heads, seqlen, head_dim)
+  std::vector<uint16_t> q, k, v;  // storage bits in the reference's layouts (reference/reference.hpp):
+                                  // (batch, heads, seqlen, head_dim), or (total, heads, head_dim) varlen
+  std::vector<float> g;           // the gate, fp32, when Case::gate: (batch, heads_q, seqlen_k) or (heads_q, total_k)
   ref::Inputs values;             // the same rounded values in fp64, for the reference
 };
+// q, k and v are randn (or the case's pattern) rounded to the storage type. The gate is a log
+// decay, g = c_h log(sigmoid(x)) with x randn and a magnitude per query head h cycling through
+// c = 1, 0.1, 0.01, 0: heads that forget within a few tokens, within a few hundred, hardly, and not at all.
 Inputs make_inputs(const Case& c, uint64_t seed);
 
 struct Outcome {
@@ -59,12 +73,14 @@ Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::funct
                        const std::string& expect, Direction dir = Direction::kForward);
 
 // Backward (lessons 10 on). The inputs O and LSE come from the fp64 reference (O rounded to the
-// storage type, LSE in fp32), dO is random; dQ, dK and dV are poisoned, guarded, and compared with
-// the reference gradients three ways (tests/support.cpp, check_gradient): elementwise
-// atol + rtol |ref|, the relative error of the whole tensor, and FlashAttention-2's rule (at most
-// kNaiveErrorFactor times the error of a naive computation at the storage precision).
+// storage type, LSE in fp32), dO is random; dQ, dK and dV (and dg with the gate) are poisoned,
+// guarded, and compared with the reference gradients three ways (tests/support.cpp,
+// check_gradient): elementwise atol + rtol |ref|, the relative error of the whole tensor, and
+// FlashAttention-2's rule (at most kNaiveErrorFactor times the error of a naive computation at
+// the storage precision).
 Outcome check_backward(const LessonInfo& lesson, const Case& c, bool deterministic = false);
-// Deterministic mode (p.deterministic): three runs on the same inputs, bitwise identical.
+// Deterministic mode (p.deterministic): three runs on the same inputs, bitwise identical (dQ, dK,
+// dV and dg).
 Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c);
 
 // The lesson a test executable tests (tests/lesson_binding.cpp, compiled per executable).
@@ -81,5 +97,9 @@ const Requirements& required_for(int lesson);
 std::string missing_features(const LessonInfo& lesson, const Requirements& req);
 // Does `lesson` support head_dim d?
 bool supports_head_dim(const LessonInfo& lesson, int d);
+// The case's first feature (in the order validation checks them) that `lesson` neither must nor
+// does support, as a fragment of the clear rejection it must give instead ("grouped-query",
+// "variable-length", "log-decay gate"); "" when the whole case must run.
+std::string rejection_expected(const LessonInfo& lesson, const Requirements& req, const Case& c);
 
 }  // namespace fa::test
