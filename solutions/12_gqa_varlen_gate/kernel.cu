@@ -53,7 +53,7 @@ struct Seq {
 
 __device__ __forceinline__ Seq sequence(const fa::AttnParams& p, int b) {
   if (!is_varlen(p)) return {false, b, p.seqlen_q, p.seqlen_k, 0, 0};
-  // TODO(4): varlen: the lengths and first tokens of sequence b from cu_seqlens_q and cu_seqlens_k.
+  // TODO(11): varlen: the lengths and first tokens of sequence b from cu_seqlens_q and cu_seqlens_k.
   // BEGIN SOLUTION
   const int q = p.cu_seqlens_q[b], k = p.cu_seqlens_k[b];
   return {true, b, p.cu_seqlens_q[b + 1] - q, p.cu_seqlens_k[b + 1] - k, q, k};
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     len_q = query_tiles ? a : o;
     len_k = query_tiles ? o : a;
   };
-  // TODO(5): the map: steps 1 to 4 above. Work of a tile: lesson12::key_tiles_visited (query
+  // TODO(12): the map: steps 1 to 4 above. Work of a tile: lesson12::key_tiles_visited (query
   //   tiles) or lesson12::query_tiles_visited (key tiles), with other_tile the other side's tile.
   // BEGIN SOLUTION
   int carry = 0;  // step 1
@@ -181,7 +181,7 @@ __global__ void scan_kernel(const fa::AttnParams p, const In* in, const In* in2,
   if (w >= p.batch * p.heads_q) return;
   const Seq s = sequence(p, w / p.heads_q);
   const int64_t base = gate_index(p, s, w % p.heads_q);
-  // TODO(6): the scan over the sequence's len_k positions (backwards when kReverse), in doubles.
+  // TODO(13): the scan over the sequence's len_k positions (backwards when kReverse), in doubles.
   // BEGIN SOLUTION
   double carry = 0;
   for (int c0 = 0; c0 < s.len_k; c0 += 32) {
@@ -229,7 +229,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_st
 __device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* map, const int* count, int e,
                                           int n_tiles, bool last_heaviest, int& b, int& tile) {
   if (is_varlen(p)) {
-    // TODO(7): varlen: entry e of the map, if e is below its count.
+    // TODO(14): varlen: entry e of the map, if e is below its count.
     // BEGIN SOLUTION
     if (e >= *count) return false;
     const int2 m = map[e];
@@ -249,7 +249,7 @@ __device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* m
 
 // A grid of (entries x heads) blocks, the entries varying fastest: the blocks running at once
 // share a head, so its K and V stay in the L2 (heads varying fastest would stream every head's
-// K and V at once: 20% slower at 16k tokens on the H200, measured).
+// K and V at once), as lesson 08's grid does.
 __device__ __forceinline__ int entry(int heads) { return blockIdx.x % (gridDim.x / heads); }
 __device__ __forceinline__ int head(int heads) { return blockIdx.x / (gridDim.x / heads); }
 
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   float qg[kMT][2] = {};
   if constexpr (kGate) {
     gh = G + gate_index(p, s, h);
-    // TODO(8): the anchor (G at lesson12::gate_anchor) and qg = gate_diff at each of this
+    // TODO(15): the anchor (G at lesson12::gate_anchor) and qg = gate_diff at each of this
     //   thread's rows' key position row + offset (0 for rows past len_q or before position 0).
     // BEGIN SOLUTION
     if (s.len_k > 0) {
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
 
     const int col0 = j * kKeys + sub * kSub + 2 * t;  // this thread's first column
     if constexpr (kGate) {
-      // TODO(9): the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,
+      // TODO(16): the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,
       //   kg = gate_diff at the column (0 past len_k, where the mask below removes it anyway).
       // BEGIN SOLUTION
 #pragma unroll
@@ -538,7 +538,7 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const int2* qmap, cons
     const int64_t row = lesson12::stat_row(s.varlen, b, h, i, p.heads_q, stat_stride, s.varlen ? qtile_start[b] : 0);
     float l2 = i < s.len_q ? p.lse[lse_index(p, s, h) + i] * fa::kLog2e : INFINITY;
     if constexpr (kGate) {
-      // TODO(10): subtract the row's gate_diff (the anchor of its query tile, as in the forward),
+      // TODO(17): subtract the row's gate_diff (the anchor of its query tile, as in the forward),
       //   for rows i < len_q with a key position i + len_k - len_q >= 0.
       // BEGIN SOLUTION
       const int pos = i + s.len_k - s.len_q;
@@ -693,7 +693,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     float kg[kKT][2] = {};
     const double* gh = kGate ? G + gate_index(p, s, h_of()) : nullptr;
     if constexpr (kGate) {
-      // TODO(11): kg[kt][hh] = gate_diff of key k0() + 16 (kKT warp + kt) + g + 8 hh (if below
+      // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
       //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
       // BEGIN SOLUTION
       const double anchor = gh[lesson12::gate_anchor(q0_of(), len_q(), len_k())];
@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
     }
     if constexpr (kGate) {
-      // TODO(12): add this step's dS to the column sums: each thread's values of keys g and g + 8
+      // TODO(19): add this step's dS to the column sums: each thread's values of keys g and g + 8
       //   (for each kt), summed over its columns, then over the quad (fa::group_sum<4>); lane
       //   t == 0 adds them to colsum[16 (kKT warp + kt) + g (+ 8)].
       // BEGIN SOLUTION
@@ -772,7 +772,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       // END SOLUTION
     }
     if constexpr (kRowSums) {
-      // TODO(14): the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +
+      // TODO(20): the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +
       //   e % 2) summed over its keys, then over the 8 lanes sharing the column (xor 4, 8, 16);
       //   lanes 0-3 add them to rowsum[buf][column] (atomicAdd: every warp holds the same rows).
       // BEGIN SOLUTION
@@ -829,7 +829,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }  // sub
 
     if constexpr (kGate) {
-      // TODO(13): after the last query tile of head h, the same lanes store dG = -colsum for their
+      // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
       //   keys below len_k and set colsum back to 0 for the next head.
       // BEGIN SOLUTION
       if (it % per_head() == per_head() - 1 && t == 0) {
