@@ -76,18 +76,25 @@ void check_cu_seqlens(const Checker& c, const LessonInfo& lesson, const AttnPara
     std::copy(p.cu_seqlens_q, p.cu_seqlens_q + q.size(), q.begin());
     std::copy(p.cu_seqlens_k, p.cu_seqlens_k + k.size(), k.begin());
   }
-  for (auto [cu, name, total, longest] : {std::tuple{&q, "cu_seqlens_q", p.total_q, p.seqlen_q},
-                                         std::tuple{&k, "cu_seqlens_k", p.total_k, p.seqlen_k}}) {
+  struct Side {
+    const std::vector<int>* cu;
+    const char *name, *total_name, *longest_name;
+    int64_t total;
+    int longest;
+  };
+  for (auto [cu, name, total_name, longest_name, total, longest] :
+       {Side{&q, "cu_seqlens_q", "total_q", "seqlen_q", p.total_q, p.seqlen_q},
+        Side{&k, "cu_seqlens_k", "total_k", "seqlen_k", p.total_k, p.seqlen_k}}) {
     if ((*cu)[0] != 0) c.fail(name, "[0] must be 0, got ", (*cu)[0]);
     for (int b = 0; b < p.batch; ++b) {
       const int len = (*cu)[b + 1] - (*cu)[b];
       if (len < 0) c.fail(name, " must not decrease: entry ", b + 1, " is ", (*cu)[b + 1], " after ", (*cu)[b]);
       if (len > longest)
         c.fail("sequence ", b, " has ", len, " tokens in ", name, ", more than the longest given (",
-               name[11] == 'q' ? "seqlen_q" : "seqlen_k", " = ", longest, ")");
+               longest_name, " = ", longest, ")");
     }
     if ((*cu)[p.batch] != total)
-      c.fail(name, "[batch] must equal ", name[11] == 'q' ? "total_q" : "total_k", " (", total, "), got ", (*cu)[p.batch]);
+      c.fail(name, "[batch] must equal ", total_name, " (", total, "), got ", (*cu)[p.batch]);
   }
 }
 
@@ -169,6 +176,7 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
   if (p.gate != nullptr) {
     c.need(f.gate, "the log-decay gate");
     if (!p.causal) c.fail("the log-decay gate is defined for causal attention only");
+    if (reinterpret_cast<uintptr_t>(p.gate) % 4 != 0) c.fail("gate must be 4-byte aligned (fp32)");
   }
 }
 
@@ -197,6 +205,7 @@ void validate_backward(const LessonInfo& lesson, const AttnParams& p) {
   }
   if (p.gate != nullptr && p.dgate == nullptr) c.fail("dgate is a null pointer (the gate's gradient is an output)");
   if (p.gate == nullptr && p.dgate != nullptr) c.fail("dgate is given without a gate");
+  if (reinterpret_cast<uintptr_t>(p.dgate) % 4 != 0) c.fail("dgate must be 4-byte aligned (fp32)");
 }
 
 }  // namespace fa

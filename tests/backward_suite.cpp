@@ -88,7 +88,7 @@ void check_or_rejected(const Case& c, Check&& check) {
   if (lacks.empty())
     check(c);
   else
-    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, lacks, Direction::kBackward));
+    FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, lacks, Direction::kBackward));
 }
 
 }  // namespace
@@ -207,7 +207,7 @@ TEST_CASE("backward: grouped-query heads or a clear rejection") {
     if (req().features.gqa || lesson().features.gqa)
       FA_CHECK_OUTCOME(fa::test::check_backward(lesson(), c));
     else
-      FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "grouped-query", Direction::kBackward));
+      FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, "grouped-query", Direction::kBackward));
   }
 }
 
@@ -219,7 +219,7 @@ TEST_CASE("backward: strided layout or a clear rejection") {
   if (req().features.any_strides || lesson().features.any_strides)
     FA_CHECK_OUTCOME(fa::test::check_backward(lesson(), c));
   else
-    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "contiguous", Direction::kBackward));
+    FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, "contiguous", Direction::kBackward));
 }
 
 TEST_CASE("backward: bad input rejected before launch") {
@@ -236,4 +236,11 @@ TEST_CASE("backward: bad input rejected before launch") {
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.dv_stride.row = 0; }, "dv has invalid strides", bwd));
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.seqlen_q = 0; }, "seqlen_q must be >= 1", bwd));
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.scale = 0.f; }, "scale", bwd));
+  if (lesson().features.gate) {  // dg is written as fp32: 2 bytes off must be refused, not written across
+    Case cg = make(64, 64, req().head_dims.front(), dtypes().front(), true);
+    cg.gate = true;
+    FA_CHECK_OUTCOME(fa::test::check_rejected(
+        lesson(), cg, [](fa::AttnParams& p) { p.dgate = reinterpret_cast<float*>(reinterpret_cast<char*>(p.dgate) + 2); },
+        "dgate must be 4-byte aligned", bwd));
+  }
 }

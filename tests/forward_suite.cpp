@@ -91,7 +91,7 @@ void check_or_rejected(const Case& c) {
   if (lacks.empty())
     FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
   else
-    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, lacks));
+    FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, lacks));
 }
 
 }  // namespace
@@ -232,7 +232,7 @@ TEST_CASE("forward: grouped-query heads or a clear rejection") {
     if (req().features.gqa || lesson().features.gqa)
       FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
     else
-      FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "grouped-query"));
+      FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, "grouped-query"));
   }
 }
 
@@ -244,7 +244,7 @@ TEST_CASE("forward: strided layout or a clear rejection") {
   if (req().features.any_strides || lesson().features.any_strides)
     FA_CHECK_OUTCOME(fa::test::check_forward(lesson(), c));
   else
-    FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams&) {}, "contiguous"));
+    FA_CHECK_OUTCOME(fa::test::check_feature_rejected(lesson(), c, "contiguous"));
 }
 
 TEST_CASE("forward: bad input rejected before launch") {
@@ -260,4 +260,11 @@ TEST_CASE("forward: bad input rejected before launch") {
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.heads_kv = 3; }, "multiple of heads_kv"));
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.seqlen_k = 0; }, "seqlen_k must be >= 1"));
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson(), c, [](fa::AttnParams& p) { p.scale = 0.f; }, "scale"));
+  if (lesson().features.gate) {  // the gate is read as fp32: 2 bytes off must be refused, not read across
+    Case cg = make(64, 64, req().head_dims.front(), dtypes().front(), true);
+    cg.gate = true;
+    FA_CHECK_OUTCOME(fa::test::check_rejected(
+        lesson(), cg, [](fa::AttnParams& p) { p.gate = reinterpret_cast<const float*>(reinterpret_cast<const char*>(p.gate) + 2); },
+        "gate must be 4-byte aligned"));
+  }
 }

@@ -9,16 +9,11 @@
 
 #include "fa/params.hpp"
 #include "tiles.hpp"
+#include "check.hpp"
 
 namespace {
 
-void require_started() {
-  try {
-    fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
-  } catch (const fa::NotImplemented& e) {
-    FAIL(std::string(e.what()));
-  }
-}
+void require_started() { fa::test::require_started("08_pipelining", lesson08::kTilesTodosLeft); }
 
 int bank_group(int element_offset) { return (element_offset * 2 / 16) % 8; }
 

@@ -14,16 +14,11 @@
 #include "fa/rope.hpp"
 #include "reference.hpp"
 #include "rope.hpp"
+#include "check.hpp"
 
 namespace {
 
-void require_started() {
-  try {
-    fa::throw_if_todos_left("09_rope_fusion", lesson09::kRopeTodosLeft);
-  } catch (const fa::NotImplemented& e) {
-    FAIL(std::string(e.what()));
-  }
-}
+void require_started() { fa::test::require_started("09_rope_fusion", lesson09::kRopeTodosLeft); }
 
 // Rotates one row of head_dim values with rotate_pairs, 8 pairs at a time (as the kernels do),
 // with the runtime's fp32 tables.

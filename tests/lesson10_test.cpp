@@ -12,18 +12,13 @@
 #include "fa/half.hpp"
 #include "fa/params.hpp"
 #include "reference.hpp"
+#include "check.hpp"
 
 const fa::LessonInfo& fa_lesson_10_model();
 
 namespace {
 
-void require_started() {
-  try {
-    fa::throw_if_todos_left("10_backward", lesson10::kTilesTodosLeft);
-  } catch (const fa::NotImplemented& e) {
-    FAIL(std::string(e.what()));
-  }
-}
+void require_started() { fa::test::require_started("10_backward", lesson10::kTilesTodosLeft); }
 
 // Does the (query tile, key tile) pair hold at least one visible (i, j)? Straight from the mask.
 bool tile_pair_visible(int qt, int rows, int kt, int keys, int sq, int sk, bool causal) {

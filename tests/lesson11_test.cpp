@@ -9,16 +9,11 @@
 
 #include "../07_tensor_cores/fragments.hpp"
 #include "tiles.hpp"
+#include "check.hpp"
 
 namespace {
 
-void require_started() {
-  try {
-    fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
-  } catch (const fa::NotImplemented& e) {
-    FAIL(std::string(e.what()));
-  }
-}
+void require_started() { fa::test::require_started("11_fast_backward", lesson11::kTilesTodosLeft); }
 
 bool visible(int i, int j, int offset) { return j <= i + offset; }
 

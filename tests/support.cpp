@@ -855,6 +855,22 @@ Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::funct
   }
 }
 
+Outcome check_feature_rejected(const LessonInfo& lesson, const Case& c, const std::string& expect, Direction dir) {
+  Case plain;
+  plain.seqlen_q = plain.seqlen_k = 17;
+  plain.head_dim = c.head_dim;
+  plain.dtype = c.dtype;
+  plain.causal = c.causal;
+  const Outcome ran = guarded(plain, [&]() -> Outcome {
+    const Inputs in = make_inputs(plain, seed_for(plain.describe()));
+    Run r = dir == Direction::kForward ? prepare(lesson, plain, in) : prepare_backward(lesson, plain, in, BackwardInputs(plain, in));
+    execute(lesson, r, dir);
+    return {true, false, ""};
+  });
+  if (!ran.ok) return ran.not_implemented ? ran : fail(c, "its plain neighbour failed first: " + ran.text);
+  return check_rejected(lesson, c, [](AttnParams&) {}, expect, dir);
+}
+
 Outcome check_backward(const LessonInfo& lesson, const Case& c, bool deterministic) {
   return guarded(c, [&]() -> Outcome {
     const Inputs in = make_inputs(c, seed_for(c.describe()));

@@ -71,6 +71,13 @@ enum class Direction { kForward, kBackward };
 // the lesson and contains `expect`, and must not write the (poisoned) outputs.
 Outcome check_rejected(const LessonInfo& lesson, const Case& c, const std::function<void(AttnParams&)>& break_it,
                        const std::string& expect, Direction dir = Direction::kForward);
+// A case with a feature the lesson lacks (grouped-query heads, varlen, the gate, strides): it must
+// be rejected with `expect`. That rejection comes from code every skeleton is given (the runtime's
+// validation of the declared features), so it alone would earn a skeleton points: the lesson must
+// first run the case's plain neighbour (one sequence of 17, one head, the same head dim, dtype and
+// masking) in direction `dir`, and "not implemented yet" there stops the test as not started.
+Outcome check_feature_rejected(const LessonInfo& lesson, const Case& c, const std::string& expect,
+                               Direction dir = Direction::kForward);
 
 // Backward (lessons 10 on). The inputs O and LSE come from the fp64 reference (O rounded to the
 // storage type, LSE in fp32), dO is random; dQ, dK and dV (and dg with the gate) are poisoned,

@@ -279,7 +279,7 @@ void dkdv_pass(const fa::AttnParams& p, const Sequence& s, const std::vector<flo
     for (QueryHead& h : heads) {
       std::vector<float> colsum(cols, 0.f);  // sum_i dS_ij over this head's rows, per key of the tile
       // The causal early start: the first query tile that sees key k0 (plan.hpp).
-      for (int qt = lesson12::first_query_tile(k0, s.lk - s.lq, kBr, p.causal); qt < tiles_of(s.lq, kBr); ++qt) {
+      for (int qt = lesson11::first_query_tile(k0, s.lk - s.lq, kBr, p.causal); qt < tiles_of(s.lq, kBr); ++qt) {
         const int q0 = qt * kBr, rows = std::min(kBr, s.lq - q0);
         const TileGate gate = tile_gate(h.G, s, q0, p.gate != nullptr);
         for (int r = 0; r < rows; ++r) {

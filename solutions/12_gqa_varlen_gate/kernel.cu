@@ -593,7 +593,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       // The query tiles this key tile visits, for each head of the group: from the first that
       // sees any of its keys (causal) to the last. Iteration `it` is query tile first + it %
       // per_head of head hk * group + it / per_head.
-      kb.first = lesson12::first_query_tile(kb.k0, kb.offset, kRows, p.causal);
+      kb.first = lesson11::first_query_tile(kb.k0, kb.offset, kRows, p.causal);
       kb.per_head = max(0, fa::ceil_div(kb.s.len_q, kRows) - kb.first);
       kb.group = p.heads_q / p.heads_kv;
       kb.n_iter = kb.per_head * kb.group;

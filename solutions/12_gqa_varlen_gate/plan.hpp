@@ -4,6 +4,7 @@
 // The GPU kernels (kernel.cu) and their tile map call exactly these.
 #pragma once
 
+#include "../11_fast_backward/tiles.hpp"
 #include "fa/params.hpp"
 
 namespace lesson12 {
@@ -33,14 +34,10 @@ __host__ __device__ constexpr int key_tiles_visited(int t, int rows, int keys, i
   // END SKELETON
 }
 
-// The first query tile that sees any key of the key tile at k0 (lesson 11's first_query_tile).
-__host__ __device__ constexpr int first_query_tile(int k0, int offset, int rows, bool causal) {
-  return !causal || k0 - offset <= 0 ? 0 : (k0 - offset) / rows;
-}
-
-// The backward's work for key tile `t`: how many query tiles of `rows` visit it (per query head).
+// The backward's work for key tile `t`: how many query tiles of `rows` visit it (per query head),
+// from the first one that sees any of its keys (lesson 11's first_query_tile).
 __host__ __device__ constexpr int query_tiles_visited(int t, int keys, int rows, int len_q, int len_k, bool causal) {
-  return max_of(0, tiles_of(len_q, rows) - first_query_tile(t * keys, len_k - len_q, rows, causal));
+  return max_of(0, tiles_of(len_q, rows) - lesson11::first_query_tile(t * keys, len_k - len_q, rows, causal));
 }
 
 // The tile map sorts tiles heaviest first with a counting sort: one bucket per amount of work,
