@@ -3,6 +3,7 @@
 //   fa-bench [--lessons 01,04|all] [--seqlens 512,1024,...] [--head-dims 64,128] [--causal 0,1]
 //            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20]
 //            [--csv FILE] [--tour] [--once] [--rope] [--label NAME] [--bwd] [--deterministic]
+//            [--gqa G] [--varlen L1,L2,... [--padded]]
 //
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
@@ -19,7 +20,13 @@
 // dO is random; every element of dQ, dK and dV must be written (they are poisoned first), sampled
 // rows of two heads are checked against the fp64 gradients computed from the same O and LSE
 // (ref::backward_rows), and TFLOP/s count 2.5x the forward's FLOPs. --deterministic sets the
-// backward's deterministic mode. Exit 1 if any case is wrong.
+// backward's deterministic mode. --gqa G gives G query heads to each K/V head (heads_kv = heads / G;
+// lessons without GQA are skipped). --varlen L1,L2,... runs one packed batch of those sequence
+// lengths (cu_seqlens; seqlen_q = seqlen_k per sequence; --seqlens and --tokens are ignored) on the
+// lessons with varlen; with --padded, the same batch padded to its longest sequence on the dense
+// path of every lesson (causal only: there padding is exact on the real rows). Both count
+// TFLOP/s from the visible pairs of the real sequences, so their ratio is the inverse ratio of the
+// times. --gqa and --varlen are forward only. Exit 1 if any case is wrong.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -78,6 +85,9 @@ struct Options {
   bool bwd = false;            // time the backward
   bool deterministic = false;  // the backward's deterministic mode
   std::string label;  // replaces the lesson id in the output when set
+  int gqa = 1;               // query heads per K/V head
+  std::vector<int> varlen;   // one packed batch of these lengths; empty: dense batches
+  bool padded = false;       // the varlen batch padded to its longest sequence, on the dense path
 };
 
 Options parse(int argc, char** argv) {
@@ -109,13 +119,23 @@ Options parse(int argc, char** argv) {
     else if (a == "--label") o.label = value();
     else if (a == "--bwd") o.bwd = true;
     else if (a == "--deterministic") o.deterministic = true;
+    else if (a == "--gqa") o.gqa = std::stoi(value());
+    else if (a == "--varlen") o.varlen = ints(value());
+    else if (a == "--padded") o.padded = true;
     else if (a == "--help" || a == "-h") {
       std::printf("usage: fa-bench [--lessons 01,04|all] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]\n"
                   "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--csv FILE] [--tour] [--once]\n"
-                  "                [--rope] [--label NAME] [--bwd] [--deterministic]\n");
+                  "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]]\n");
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + a + " (try --help)");
   }
+  if (o.gqa < 1) throw std::invalid_argument("--gqa takes a number of query heads per K/V head >= 1");
+  for (int len : o.varlen)
+    if (len < 1) throw std::invalid_argument("--varlen takes sequence lengths >= 1, got " + std::to_string(len));
+  if (o.padded && o.varlen.empty()) throw std::invalid_argument("--padded pads a --varlen batch: give --varlen too");
+  if (o.bwd && (o.gqa > 1 || !o.varlen.empty()))
+    throw std::invalid_argument("--gqa and --varlen time the forward only (the backward's are timed on dense MHA)");
+  if (!o.varlen.empty()) o.seqlens = {*std::max_element(o.varlen.begin(), o.varlen.end())};
   if (o.tour) {
     o.seqlens = {1024};
     o.head_dims = {64};
@@ -161,29 +181,49 @@ std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, 
   return out;
 }
 
-// Validates rows of head (b, h) of the lesson's output against the fp64 reference on the same
-// inputs. Returns "" when they match, else the comparison's report.
+// Rows [t0, t0 + rows) of head h of a packed (total, heads, head_dim) device tensor, as fp64.
+std::vector<double> packed_values(const fa::AttnParams& p, const fa::Buffer& buf, int heads, int h, int t0, int rows) {
+  const size_t row_elems = size_t(heads) * p.head_dim;
+  std::vector<uint16_t> bits(size_t(rows) * row_elems);
+  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + size_t(t0) * row_elems, bits.size() * 2,
+                           cudaMemcpyDeviceToHost));
+  std::vector<double> out(size_t(rows) * p.head_dim);
+  for (int t = 0; t < rows; ++t)
+    for (int x = 0; x < p.head_dim; ++x)
+      out[size_t(t) * p.head_dim + x] = fa::from_storage(p.dtype, bits[t * row_elems + size_t(h) * p.head_dim + x]);
+  return out;
+}
+
+// Validates rows of head h of sequence b of the lesson's output against the fp64 reference on the
+// same inputs (query head h reads K/V head h / (heads_q / heads_kv); a varlen sequence b is rows
+// cu[b] .. cu[b + 1] of the packed tensors). Returns "" when they match, else the comparison's report.
 std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
-                          const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables, int b, int h,
-                          double* max_err) {
-  const size_t head = size_t(b) * p.heads_q + h;
+                          const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables,
+                          const std::vector<int>& cu, int b, int h, double* max_err) {
+  const int hk = h / (p.heads_q / p.heads_kv), t0 = p.is_varlen() ? cu[b] : 0;
+  const int len = p.is_varlen() ? cu[b + 1] - cu[b] : p.seqlen_q;
+  auto values = [&](const fa::Buffer& buf, int heads, int head) {
+    return p.is_varlen() ? packed_values(p, buf, heads, head, t0, len) : head_values(p, buf, size_t(b) * heads + head, len);
+  };
   fa::ref::Problem prob = ref_problem(p);
   prob.batch = prob.heads_q = prob.heads_kv = 1;  // the one head (b, h) copied out below
-  fa::ref::Inputs in{head_values(p, q, head, p.seqlen_q), head_values(p, k, head, p.seqlen_k),
-                     head_values(p, v, head, p.seqlen_k), {}};
+  prob.seqlen_q = prob.seqlen_k = len;
+  fa::ref::Inputs in{values(q, p.heads_q, h), values(k, p.heads_kv, hk), values(v, p.heads_kv, hk), {}};
   if (p.rope_cos != nullptr) {
     // RoPE: rotated and rounded as the kernel's tensor cores see them (fa::rope_rotate_rounded).
     fa::rope_rotate_rounded(in.q, p.head_dim, p.seqlen_q, p.seqlen_k - p.seqlen_q, tables, p.dtype);
     fa::rope_rotate_rounded(in.k, p.head_dim, p.seqlen_k, 0, tables, p.dtype);
   }
   fa::Rng rng(fa::seed_for("fa-bench rows"));
-  std::vector<int> rows = {0, 1, p.seqlen_q / 2, p.seqlen_q - 1};
-  for (int i = 0; i < 4; ++i) rows.push_back(rng.uniform_int(0, p.seqlen_q - 1));
+  std::vector<int> rows = {0, std::min(1, len - 1), len / 2, len - 1};
+  for (int i = 0; i < 4; ++i) rows.push_back(rng.uniform_int(0, len - 1));
   const fa::ref::Forward want = fa::ref::forward(prob, in, &rows);
-  const std::vector<double> o_all = head_values(p, o, head, p.seqlen_q);
-  std::vector<float> lse_all(p.seqlen_q);
-  FA_CUDA_CHECK(cudaMemcpy(lse_all.data(), static_cast<const float*>(lse.data()) + head * p.seqlen_q,
-                           lse_all.size() * 4, cudaMemcpyDeviceToHost));
+  const std::vector<double> o_all = values(o, p.heads_q, h);
+  // The LSE is (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen.
+  const size_t lse_at = p.is_varlen() ? size_t(h) * p.total_q + t0 : (size_t(b) * p.heads_q + h) * p.seqlen_q;
+  std::vector<float> lse_all(len);
+  FA_CUDA_CHECK(cudaMemcpy(lse_all.data(), static_cast<const float*>(lse.data()) + lse_at, lse_all.size() * 4,
+                           cudaMemcpyDeviceToHost));
   std::vector<double> got_o, got_lse;
   for (int r : rows) {
     got_lse.push_back(lse_all[r]);
@@ -194,7 +234,8 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
   const fa::CompareReport rl = fa::compare("LSE", got_lse, want.lse, fa::lse_tolerance(), {n}, {"sampled row"});
   *max_err = std::max(*max_err, ro.max_abs_err);
   if (ro.ok && rl.ok) return "";
-  return "head (" + std::to_string(b) + ", " + std::to_string(h) + "): " + (ro.ok ? "" : ro.text + " ") + (rl.ok ? "" : rl.text);
+  return std::string(p.is_varlen() ? "sequence" : "batch") + " " + std::to_string(b) + ", head " + std::to_string(h) + ": " +
+         (ro.ok ? "" : ro.text + " ") + (rl.ok ? "" : rl.text);
 }
 
 // How many elements of a gradient are NaN or inf (unwritten ones are NaN: the buffer is poisoned).
@@ -253,6 +294,32 @@ const fa::LessonInfo* g_forward_for_backward = nullptr;
 Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int seqlen, const Options& o,
              fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
   Row row{o.label.empty() ? lesson.id : o.label, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
+  // --varlen: the batch's prefix sums, for the packed run, and for the pairs both runs count.
+  std::vector<int> cu;
+  if (!o.varlen.empty()) {
+    row.batch = static_cast<int>(o.varlen.size());
+    cu = {0};
+    for (int len : o.varlen) cu.push_back(cu.back() + len);
+    if (o.label.empty()) row.lesson += o.padded ? " padded" : " packed";
+  }
+  if (o.gqa > 1 && o.label.empty()) row.lesson += " gqa" + std::to_string(o.gqa);
+  const bool packed = !o.varlen.empty() && !o.padded;
+  if (packed && !lesson.features.varlen) {
+    row.status = "skipped: --varlen, and this lesson has no varlen (time it padded with --padded)";
+    return row;
+  }
+  if (o.padded && !causal) {
+    row.status = "skipped: --padded without the causal mask (the padded keys would need a key mask)";
+    return row;
+  }
+  if (o.gqa > 1 && !lesson.features.gqa) {
+    row.status = "skipped: --gqa, and this lesson has no grouped-query heads";
+    return row;
+  }
+  if (row.heads % o.gqa != 0) {
+    row.status = "ERROR: --gqa " + std::to_string(o.gqa) + " does not divide the " + std::to_string(row.heads) + " heads";
+    return row;
+  }
   if (lesson.memory != fa::Memory::kDevice) {
     row.status = "skipped: a CPU lesson";
     return row;
@@ -284,19 +351,28 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   }
   fa::AttnParams p;
   p.batch = row.batch;
-  p.heads_q = p.heads_kv = row.heads;
+  p.heads_q = row.heads;
+  p.heads_kv = row.heads / o.gqa;
   p.seqlen_q = p.seqlen_k = seqlen;
   p.head_dim = d;
   p.dtype = t;
   p.causal = causal != 0;
   p.scale = static_cast<float>(fa::default_scale(d));
-  const size_t n = size_t(p.batch) * p.heads_q * seqlen * d;
-  fa::Buffer q(fa::Memory::kDevice, n * 2, "q"), k(fa::Memory::kDevice, n * 2, "k"), v(fa::Memory::kDevice, n * 2, "v");
-  fa::Buffer out(fa::Memory::kDevice, n * 2, "o"), lse(fa::Memory::kDevice, size_t(p.batch) * p.heads_q * seqlen * 4, "lse");
+  const size_t tokens = packed ? size_t(cu.back()) : size_t(p.batch) * seqlen;  // rows of the tensors
+  const size_t n = tokens * p.heads_q * d, nkv = tokens * p.heads_kv * d;
+  fa::Buffer q(fa::Memory::kDevice, n * 2, "q"), k(fa::Memory::kDevice, nkv * 2, "k"), v(fa::Memory::kDevice, nkv * 2, "v");
+  fa::Buffer out(fa::Memory::kDevice, n * 2, "o"), lse(fa::Memory::kDevice, tokens * p.heads_q * 4, "lse");
   const uint64_t seed = fa::seed_for(std::string(lesson.id) + std::to_string(seqlen) + std::to_string(d));
   fa::bench::fill_randn(q.data(), n, t, seed);
-  fa::bench::fill_randn(k.data(), n, t, seed + 0x1000000000ull);
-  fa::bench::fill_randn(v.data(), n, t, seed + 0x2000000000ull);
+  fa::bench::fill_randn(k.data(), nkv, t, seed + 0x1000000000ull);
+  fa::bench::fill_randn(v.data(), nkv, t, seed + 0x2000000000ull);
+  fa::Buffer cu_dev;
+  if (packed) {
+    cu_dev = fa::Buffer(fa::Memory::kDevice, cu.size() * 4, "cu_seqlens");
+    cu_dev.upload(cu.data(), cu.size() * 4);
+    p.cu_seqlens_q = p.cu_seqlens_k = static_cast<const int*>(cu_dev.data());
+    p.total_q = p.total_k = cu.back();
+  }
   p.q = q.data();
   p.k = k.data();
   p.v = v.data();
@@ -321,8 +397,8 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     fa::run_forward(fwd, p);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
-    std::string bad = validate_head(p, q, k, v, out, lse, tables, 0, 0, &row.max_err);
-    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, p.batch - 1, p.heads_q - 1, &row.max_err);
+    std::string bad = validate_head(p, q, k, v, out, lse, tables, cu, 0, 0, &row.max_err);
+    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
     if (!bad.empty()) {
       row.status = std::string("WRONG: ") + (o.bwd ? "the forward (lesson 08) for --bwd: " : "") + bad;
       return row;
@@ -379,7 +455,9 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     row.ms = median(ms);
-    const double flops = (o.bwd ? 2.5 : 1.0) * 4.0 * d * fa::ref::visible_pairs(ref_problem(p));
+    fa::ref::Problem counted = ref_problem(p);
+    counted.cu_seqlens_q = counted.cu_seqlens_k = cu;  // --varlen: the real sequences' pairs, packed or padded
+    const double flops = (o.bwd ? 2.5 : 1.0) * 4.0 * d * fa::ref::visible_pairs(counted);
     row.tflops = flops / (row.ms * 1e-3) / 1e12;
     row.pct = 100.0 * row.tflops / ceiling.tflops;
   } catch (const fa::Error& e) {
@@ -413,6 +491,15 @@ int main(int argc, char** argv) {
     std::printf("fa-bench on %s (%d SMs, L2 %d MB): ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s; L2 flushed "
                 "(%zu MB) before every run; medians of CUDA-event times\n",
                 prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, fma.tflops, mma.tflops, flusher.bytes() >> 20);
+    if (!o.varlen.empty()) {
+      long total = 0;
+      for (int len : o.varlen) total += len;
+      std::printf("one varlen batch: %zu sequences, %ld tokens, lengths", o.varlen.size(), total);
+      for (int len : o.varlen) std::printf(" %d", len);
+      std::printf(" (%s); TFLOP/s from the real sequences' visible pairs\n",
+                  o.padded ? "padded to the longest, dense path" : "packed, cu_seqlens");
+    }
+    if (o.gqa > 1) std::printf("grouped-query heads: %d query heads per K/V head\n", o.gqa);
     std::printf("%-16s %-5s %4s %6s %9s %6s %10s %9s %7s %9s  %s\n", "lesson", "dtype", "d", "causal", "batch x h",
                 "N", "ms", "TFLOP/s", "% ceil", "max err", "status");
     std::ofstream csv;
