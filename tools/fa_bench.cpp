@@ -171,27 +171,23 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The values of head `index` (a (rows x head_dim) block) of a device tensor, as fp64.
-std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, size_t index, int rows) {
-  std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
-  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + index * rows * p.head_dim,
-                           bits.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<double> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = fa::from_storage(p.dtype, bits[i]);
-  return out;
-}
-
-// Rows [t0, t0 + rows) of head h of a packed (total, heads, head_dim) device tensor, as fp64.
-std::vector<double> packed_values(const fa::AttnParams& p, const fa::Buffer& buf, int heads, int h, int t0, int rows) {
+// Rows [t0, t0 + rows) of head h of a (tokens, heads, head_dim) device tensor, as fp64: a packed
+// varlen tensor, or (heads = 1, h = 0) any run of rows of a contiguous one.
+std::vector<double> packed_values(const fa::AttnParams& p, const fa::Buffer& buf, int heads, int h, size_t t0, int rows) {
   const size_t row_elems = size_t(heads) * p.head_dim;
   std::vector<uint16_t> bits(size_t(rows) * row_elems);
-  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + size_t(t0) * row_elems, bits.size() * 2,
+  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + t0 * row_elems, bits.size() * 2,
                            cudaMemcpyDeviceToHost));
   std::vector<double> out(size_t(rows) * p.head_dim);
   for (int t = 0; t < rows; ++t)
     for (int x = 0; x < p.head_dim; ++x)
       out[size_t(t) * p.head_dim + x] = fa::from_storage(p.dtype, bits[t * row_elems + size_t(h) * p.head_dim + x]);
   return out;
+}
+
+// The values of head `index` (a (rows x head_dim) block) of a contiguous device tensor, as fp64.
+std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, size_t index, int rows) {
+  return packed_values(p, buf, 1, 0, index * rows, rows);
 }
 
 // Validates rows of head h of sequence b of the lesson's output against the fp64 reference on the
