@@ -88,6 +88,19 @@ __device__ __forceinline__ int64_t gate_index(const fa::AttnParams& p, const Seq
 // a register across the loop, so it costs a register only for an instant.
 template <class X>
 __device__ __forceinline__ X fresh(const X& x) { return *static_cast<const volatile X*>(&x); }
+// The same for 16 bytes at once (one shared-memory load): four ints, or two int64 (16-byte aligned).
+__device__ __forceinline__ int4 fresh(const int4& x) {
+  int4 v;
+  asm volatile("ld.volatile.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(fa::smem_addr(&x)));
+  return v;
+}
+__device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
+  long long a, b;
+  asm volatile("ld.volatile.shared.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "r"(fa::smem_addr(x)));
+  return make_longlong2(a, b);
+}
 
 // ---- The tile map ------------------------------------------------------------------------------
 // One block of kPlanThreads threads: every tile of every sequence (tiles of `tile` rows of the
@@ -237,7 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   // parameters, which cost no register. Kept in registers through the loop, these would push
   // the accumulators out to local memory (ptxas reports the spills).
   __shared__ Block blk;
-  __shared__ int64_t at[4];  // where the block's K, V, O rows and LSE entries start (elements)
+  __shared__ alignas(16) int64_t at[4];  // where the block's K, V, O rows and LSE entries start (elements)
+  __shared__ int4 loop;  // what the key loop reads: n_tiles, n_full, len_k, q0 + offset (one 16-byte load)
   if (threadIdx.x == 0) {
     blk = block_of(p, map, map_count, entry(p.heads_q), kRows, kKeys);
     const int h = head(p.heads_q), hk = h / (p.heads_q / p.heads_kv);
@@ -245,6 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
     at[1] = k_offset(p.v_stride, blk.s, hk);
     at[2] = q_offset(p.o_stride, blk.s, h);
     at[3] = lse_index(p, blk.s, h);
+    loop = make_int4(blk.n_tiles, blk.n_full, blk.s.len_k, blk.tile * kRows + blk.offset);
   }
   __syncthreads();
   if (blk.tile < 0) return;  // past the end of the map
@@ -292,15 +307,20 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   const uint32_t k_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t v_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
 
-  for (int j = 0; j < fresh(blk.n_tiles); ++j) {
+  // The key loop reads its bounds once per key tile, as one 16-byte load, and again after S
+  // (where Q's and K's fragments are dead): a few volatile loads a tile, not one per use.
+  for (int j = 0;; ++j) {
+    const int4 top = fresh(loop);
+    if (j >= top.x) break;
     fa::cp_async_wait<kStages - 2>();
     __syncthreads();
     {
       const int next = j + kStages - 1;
-      if (next < fresh(blk.n_tiles)) {
+      if (next < top.x) {
         const int slot = next % kStages;
-        load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase(), p.k_stride.row, next * kKeys, len_k());
-        load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase(), p.v_stride.row, next * kKeys, len_k());
+        const longlong2 kv = fresh_pair(at);
+        load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, next * kKeys, top.z);
+        load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, next * kKeys, top.z);
       }
       fa::cp_async_commit();
     }
@@ -332,6 +352,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
       //   kg = gate_diff at the column (0 past len_k, where the mask below removes it anyway).
     }
     if (j >= fresh(blk.n_full)) {
+      // One read for the whole tile: causal, q0 + offset (key col is masked past row + offset);
+      // otherwise len_k. A single register: the int4 whole does not fit beside 128 keys of S.
+      const int lim = p.causal ? fresh(loop.w) : fresh(loop.z);
       // Causal: key col is masked past row + offset, which is below len_k for every row of the
       // sequence (rows past len_q are zeros, never stored), so the tail needs no test of its own
       // (and the one test fewer keeps this kernel within its registers).
@@ -341,9 +364,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int row = q0() + warp * kWarpRows + mt * 16 + g + 8 * (e / 2);
             const int col = col0 + nt * 8 + e % 2;
-            if (p.causal ? col > row + offset() : col >= len_k()) sacc[mt][nt][e] = fa::kNegInf;
+            if (p.causal ? col > lim + warp * kWarpRows + mt * 16 + g + 8 * (e / 2) : col >= lim) sacc[mt][nt][e] = fa::kNegInf;
           }
     }
 
