@@ -55,6 +55,7 @@ const Requirements& required_for(int lesson) {
       {10, core_backward()},  // backward, clear (and its CPU model)
       {11, core_backward()},  // backward, fast (mma.sync)
       {12, gqa_varlen_gate()},  // GQA, varlen and the decay gate, forward and backward
+      {13, core_forward()},  // Hopper: TMA, mbarriers, wgmma (sm_90a)
   };
   const auto it = table.find(lesson);
   if (it == table.end())

@@ -1,0 +1,307 @@
+// Your copy of this lesson, generated from solutions/13_hopper/kernel.cu by fa-skeleton.
+// Lesson 13 (part 1): the forward on Hopper's own instructions (sm_90a). DRAFT, not yet run on a GPU.
+//   TMA       Q, K and V tiles are copied by the tensor-memory accelerator (cp.async.bulk.tensor),
+//             described by tensor maps built on the host, 128-byte swizzled (wgmma.hpp);
+//   mbarrier  each copy completes on a shared-memory barrier that counts the bytes it expects;
+//   wgmma     a warpgroup (4 warps) multiplies 64 rows at once: S = Q K^T from shared memory,
+//             O += P V with P straight from S's registers;
+//   roles     warpgroup 0 produces (one thread issues every copy), warpgroups 1 and 2 consume
+//             (64 query rows each, 128 per block), with a ring of kStages K/V tiles between them.
+// Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
+// (bottom-right aligned) and not; GQA.
+#include <cuda.h>  // CUtensorMap and its enums (the header only: the driver is reached at run time)
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "fa/cuda_check.hpp"
+#include "fa/device.cuh"
+#include "fa/mma.cuh"
+#include "fa/params.hpp"
+#include "wgmma.hpp"
+#include "wgmma_ops.cuh"
+
+namespace {
+
+using lesson13::kBlockCols;
+
+constexpr int kRows = 128;      // query rows per block: 64 per consumer warpgroup
+constexpr int kKeys = 128;      // keys per K/V tile
+constexpr int kStages = 2;      // K/V tiles in flight
+constexpr int kThreads = 384;   // 3 warpgroups
+
+// This file's TODOs you have not written yet: delete an entry when its code is written.
+const fa::TodoList kTodosLeft = {
+    "TODO(5) in kernel.cu: before reusing stage s (j >= kStages), wait for the consumers' release of its",
+    "TODO(6) in kernel.cu: -inf where key col is not visible from row i (lesson13::acc_element gives both).",
+    "TODO(7) in kernel.cu: pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).",
+};
+
+template <int D>
+struct Smem {
+  static constexpr int q_bytes = kRows * D * 2, kv_bytes = kKeys * D * 2;
+  static constexpr int q = 0, k = q_bytes, v = k + kStages * kv_bytes, bars = v + kStages * kv_bytes;
+  static constexpr int total = bars + 64 + 1024;  // barriers, and slack to align the base to 1024
+};
+
+// ---- mbarrier and TMA, one PTX instruction each --------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the barrier's phase `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One box of a 3-D tensor map into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void set_max_registers_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+
+// ---- The kernel ------------------------------------------------------------------------------------
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                  const __grid_constant__ CUtensorMap tv) {
+  using S = Smem<D>;
+  extern __shared__ uint8_t smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1024 bytes: align the tiles to it.
+  const uint32_t base = (fa::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_addr = base + S::q, k_addr = base + S::k, v_addr = base + S::v, bars = base + S::bars;
+  const uint32_t q_full = bars, full = bars + 8, empty = bars + 8 + 8 * kStages;  // 8 bytes a barrier
+
+  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
+  const int qtile = p.causal ? n_qtiles - 1 - int(blockIdx.x) : int(blockIdx.x);  // causal: heaviest first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.heads_q / p.heads_kv);
+  const int q0 = qtile * kRows, offset = p.seqlen_k - p.seqlen_q;
+  int k_end = p.seqlen_k;
+  if (p.causal) k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
+  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
+  // Tiles before n_full need no mask: every key exists and (causal) every row of the block sees it.
+  const int n_full = p.causal ? max(0, min(p.seqlen_k / kKeys, (q0 + offset + 1) / kKeys)) : p.seqlen_k / kKeys;
+
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + 8 * s, 1);   // the producer's arrive (with the bytes it expects)
+      mbar_init(empty + 8 * s, 2);  // one arrive per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- Producer: one thread issues every copy; the others only give their registers away.
+    set_max_registers_dec<40>();
+    if (tid == 0) {
+      const int qz = b * p.heads_q + h, kz = b * p.heads_kv + hk;
+      mbar_expect_tx(q_full, S::q_bytes);
+      for (int c = 0; c < D / kBlockCols; ++c) tma_load(q_addr + c * kRows * 128, &tq, q_full, c * kBlockCols, q0, qz);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % kStages;
+        // TODO(5): before reusing stage s (j >= kStages), wait for the consumers' release of its
+        //   previous tile, j - kStages: completion number j / kStages - 1 of empty[s].
+        mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
+        for (int c = 0; c < D / kBlockCols; ++c) {
+          tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+          tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warpgroup 1 owns rows 0-63 of the block, warpgroup 2 rows 64-127.
+  set_max_registers_inc<232>();
+  const int row_base = 64 * (wg - 1);
+  const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const float sl2 = p.scale * fa::kLog2e;
+  float o[D / 2], sacc[kKeys / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kKeys / 2; ++i) sacc[i] = 0.f;
+  float m[2] = {fa::kNegInf, fa::kNegInf}, l[2] = {0.f, 0.f};
+
+  mbar_wait(q_full, 0);
+  const uint32_t q_rows = q_addr + row_base * 128;  // this warpgroup's 64 rows of every column block
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % kStages;
+    mbar_wait(full + 8 * s, (j / kStages) & 1);
+    const uint32_t kj = k_addr + s * S::kv_bytes, vj = v_addr + s * S::kv_bytes;
+
+    // S = Q K^T: D / 16 steps of k16, accumulated in sacc (64 x kKeys, fp32).
+    lesson13::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      lesson13::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk),
+                                   kk > 0);
+    lesson13::wgmma_commit();
+    lesson13::wgmma_wait<0>();
+
+    // The mask, on the tiles that need it: key col is visible from row i iff col < seqlen_k and
+    // (causal) col <= i + offset.
+    if (j >= n_full) {
+      // TODO(6): -inf where key col is not visible from row i (lesson13::acc_element gives both).
+    }
+
+    // Online softmax (lessons 04-05), base 2: each thread holds 2 rows (hh = 0: g, 1: g + 8).
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = m[hh];
+#pragma unroll
+      for (int i = 0; i < kKeys / 2; ++i)
+        if ((i / 2) % 2 == hh) mx = fmaxf(mx, sacc[i]);
+      mx = fa::group_max<4>(mx);
+      const float m_scaled = mx == fa::kNegInf ? 0.f : mx * sl2;
+      const float alpha = fa::ex2(m[hh] * sl2 - m_scaled);
+      m[hh] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kKeys / 2; ++i)
+        if ((i / 2) % 2 == hh) {
+          sacc[i] = fa::ex2(fmaf(sacc[i], sl2, -m_scaled));
+          sum += sacc[i];
+        }
+      l[hh] = l[hh] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i)
+        if ((i / 2) % 2 == hh) o[i] *= alpha;
+    }
+
+    // O += P V: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element),
+    // packed to 16 bits before the first wgmma: registers an in-flight wgmma reads must not change.
+    uint32_t pa[kKeys / 16][4];
+    // TODO(7): pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).
+    for (auto& a : pa) a[0] = a[1] = a[2] = a[3] = 0;
+    lesson13::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) lesson13::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
+    lesson13::wgmma_commit();
+    lesson13::wgmma_wait<0>();
+    // This warpgroup is done with stage s: one arrive for its 128 threads.
+    asm volatile("bar.sync %0, 128;\n" ::"r"(wg));  // named barrier 1 or 2: the warpgroup's threads only
+    if (tid == 0) mbar_arrive(empty + 8 * s);
+  }
+
+  // O / l and the LSE (natural log), O = 0 and LSE = +inf for rows that see no key.
+  T* obase = static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head;
+  const int64_t bh = int64_t(b) * p.heads_q + h;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = fa::group_sum<4>(l[hh]);
+    const int row = q0 + row_base + 16 * w + g + 8 * hh;
+    if (row >= p.seqlen_q) continue;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* orow = obase + int64_t(row) * p.o_stride.row;
+#pragma unroll
+    for (int i = 0; i < D / 2; i += 2)
+      if ((i / 2) % 2 == hh) {
+        const lesson13::RowCol rc = lesson13::acc_element(tid, i);
+        *reinterpret_cast<uint32_t*>(orow + rc.col) = fa::pack2<T>(o[i] * inv, o[i + 1] * inv);
+      }
+    if (t == 0) p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
+  }
+}
+
+// ---- Host: tensor maps and the launch ------------------------------------------------------------
+// cuTensorMapEncodeTiled lives in the driver (libcuda); the course links only the runtime, so it
+// is fetched from the driver at run time (COURSE.md: no link against libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || f == nullptr)
+      throw fa::Error("lesson 13_hopper: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or later needed)");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A 3-D map over a contiguous (batch x heads, seqlen, D) tensor: boxes of 64 columns x `rows`
+// rows of one (batch, head), 128-byte swizzled; rows past seqlen read as zeros.
+CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, int rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(seqlen), cuuint64_t(bh)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(seqlen) * d * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {cuuint32_t(kBlockCols), cuuint32_t(rows), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, t == fa::DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                    3, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw fa::Error("lesson 13_hopper: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return map;
+}
+
+template <class T, int D>
+void launch(const fa::AttnParams& p, cudaStream_t stream) {
+  constexpr int smem = Smem<D>::total;
+  auto kernel = hopper_kernel<T, D>;
+  static bool configured = false;
+  if (!configured) {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured = true;
+  }
+  const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
+  const CUtensorMap tk = make_map(p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
+  const CUtensorMap tv = make_map(p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
+  const dim3 grid(fa::ceil_div(p.seqlen_q, kRows), p.heads_q, p.batch);
+  kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv);
+  FA_CHECK_LAUNCH();
+}
+
+void forward(const fa::AttnParams& p, cudaStream_t stream) {
+  fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);
+  fa::throw_if_todos_left("13_hopper", kTodosLeft);
+  if (p.heads_q > 65535 || p.batch > 65535)
+    throw fa::InvalidArgument("lesson 13_hopper: heads_q and batch must be at most 65535 (grid y, z)");
+  if (p.head_dim == 64) {
+    FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64>(p, stream)));
+  } else {
+    FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128>(p, stream)));
+  }
+}
+
+}  // namespace
+
+const fa::LessonInfo& fa_lesson_13() {
+  static const fa::LessonInfo info = [] {
+    fa::LessonInfo l;
+    l.id = "13_hopper";
+    l.title = "TMA, mbarriers and wgmma, warp-specialised (sm_90a)";
+    l.memory = fa::Memory::kDevice;
+    l.features.fp16 = l.features.bf16 = true;
+    l.features.head_dims = {64, 128};
+    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = true;
+    l.features.index64 = true;
+    l.features.alignment_bytes = 16;  // TMA: 16-byte aligned base and strides
+    l.forward = &forward;
+    return l;
+  }();
+  return info;
+}
