@@ -10,9 +10,10 @@
 #                  memory): the same suites run on it, without a GPU
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
-#   ARCH           a CUDA architecture the lesson needs (e.g. 90a): used for this lesson alone
-#                  when the course chose the architectures; otherwise the lesson is skipped,
-#                  with a message here and a skipped test, unless the user's list has it.
+#   ARCH           a CUDA architecture the lesson needs (e.g. 90a): the lesson is built for it
+#                  alone, when the course chose the architectures (unless the GPU present is
+#                  another) or the user's list has it; otherwise it is skipped, with a message
+#                  here and a skipped test.
 # Whether the forward suite needs a GPU follows from the lesson: a lesson with .cu sources is a
 # GPU lesson, lesson 00 (host C++) is not.
 
@@ -83,11 +84,13 @@ function(fa_add_lesson nn name)
       message(STATUS "${why}")
       add_test(NAME ${label}/skipped_architecture COMMAND sh -c "echo '${why}'; exit ${FA_SKIP_CODE}")
       set_tests_properties(${label}/skipped_architecture PROPERTIES LABELS "${label};gpu" SKIP_RETURN_CODE ${FA_SKIP_CODE})
+      set_property(GLOBAL PROPERTY FA_LESSON_SKIPPED_${nn} TRUE)  # its patch mutants are left out too
       return()
     endif()
-    if(FA_ARCHS_DEFAULTED)
-      set(arch_override ${L_ARCH})
-    endif()
+    # This lesson alone, for the one architecture it needs (its instructions exist nowhere else);
+    # its patch mutants follow it.
+    set(arch_override ${L_ARCH})
+    set_property(GLOBAL PROPERTY FA_LESSON_ARCH_${nn} ${L_ARCH})
   endif()
 
   file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cpp)
@@ -236,7 +239,8 @@ endfunction()
 # edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
 # suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
 # CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
-# GPU mutants are compiled for one architecture: they only need to run on the GPU at hand.
+# GPU mutants are compiled for one architecture: they only need to run on the GPU at hand (a
+# lesson's own ARCH if it has one).
 function(fa_add_patch_mutants)
   file(GLOB specs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/mutants/*.mutant)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
@@ -251,6 +255,14 @@ function(fa_add_patch_mutants)
     set(file ${CMAKE_MATCH_1})
     if(NOT nn OR NOT file)
       message(FATAL_ERROR "${spec}: the first two lines must be 'lesson: NN_name' and 'file: <file>'")
+    endif()
+    get_property(skipped GLOBAL PROPERTY FA_LESSON_SKIPPED_${nn})
+    if(skipped)
+      continue()  # the lesson itself is not built here (fa_add_lesson said why)
+    endif()
+    get_property(arch GLOBAL PROPERTY FA_LESSON_ARCH_${nn})
+    if(NOT arch)
+      set(arch ${one_arch})
     endif()
     set(out ${CMAKE_BINARY_DIR}/mutants/${name}/${file})
     add_custom_command(OUTPUT ${out}
@@ -279,8 +291,8 @@ function(fa_add_patch_mutants)
     fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
-    if(NOT one_arch STREQUAL "native")
-      set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${one_arch})
+    if(NOT arch STREQUAL "native")
+      set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${arch})
     endif()
   endforeach()
 endfunction()

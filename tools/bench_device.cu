@@ -6,6 +6,9 @@
 
 #include "bench_device.hpp"
 #include "fa/cuda_check.hpp"
+#ifdef FA_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
 #include "fa/mma.cuh"
 
 namespace fa::bench {
@@ -126,6 +129,38 @@ double measure_mma_sync_tflops() {
   cudaFree(out);
   const double flops_per_mma = 2.0 * 16 * 8 * 16;
   return flops_per_mma * 8 * iters * double(blocks) * (threads / 32) / (ms * 1e-3) / 1e12;
+}
+
+double measure_cublas_gemm_tflops() {
+#ifdef FA_HAVE_CUBLAS
+  // C = A B, 8192^3, fp16 inputs and output, fp32 accumulation (as the attention kernels
+  // accumulate); random inputs, since the tensor cores' clock depends on the data.
+  const int n = 8192;
+  const size_t elems = size_t(n) * n;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  FA_CUDA_CHECK(cudaMalloc(&a, elems * 2));
+  FA_CUDA_CHECK(cudaMalloc(&b, elems * 2));
+  FA_CUDA_CHECK(cudaMalloc(&c, elems * 2));
+  fill_randn(a, elems, DType::kF16, 11);
+  fill_randn(b, elems, DType::kF16, 12);
+  cublasHandle_t h = nullptr;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("fa-bench: cublasCreate failed");
+  const float one = 1.f, zero = 0.f;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  const double ms = median_ms([&] {
+    const cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                                          &zero, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) status = s;
+  });
+  cublasDestroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (status != CUBLAS_STATUS_SUCCESS) throw Error("fa-bench: cublasGemmEx failed (" + std::to_string(int(status)) + ")");
+  return 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+#else
+  return 0;  // fa-bench was built without cuBLAS
+#endif
 }
 
 }  // namespace fa::bench

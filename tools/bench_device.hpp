@@ -27,5 +27,8 @@ double measure_fp32_fma_tflops();
 // The mma.sync throughput ceiling (m16n8k16, fp16 inputs, fp32 accumulators) in TFLOP/s, by a
 // kernel of independent mma chains on every SM: the roof of the tensor-core lessons (07-12).
 double measure_mma_sync_tflops();
+// The cuBLAS fp16 GEMM (fp32 accumulation, 8192^3) in TFLOP/s: on Hopper it runs on wgmma, the roof
+// of lesson 13. 0 when fa-bench was built without cuBLAS.
+double measure_cublas_gemm_tflops();
 
 }  // namespace fa::bench

@@ -10,8 +10,8 @@
 // reference (the course tolerance), then times it with CUDA events: warm-up, the L2 flushed
 // before every repetition, the median reported. TFLOP/s counts 4 * head_dim FLOPs per visible
 // (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
-// of its instructions, both measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
-// mma.sync peak for the tensor-core lessons (07 on). --tour runs every lesson at one shape. --once runs each case once,
+// of its instructions, measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
+// mma.sync peak for the tensor-core lessons (07-12), a cuBLAS fp16 GEMM (wgmma) for lesson 13. --tour runs every lesson at one shape. --once runs each case once,
 // validated but not timed (for profilers: one kernel launch per case). --rope adds RoPE (fp32
 // tables from fa::rope_tables) to every case and runs only the lessons that support it; its FLOPs
 // are still the attention's (the rotation's few FLOPs per element are not counted). --label names
@@ -457,7 +457,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     counted.cu_seqlens_q = counted.cu_seqlens_k = cu;  // --varlen: the real sequences' pairs, packed or padded
     const double flops = (o.bwd ? 2.5 : 1.0) * 4.0 * d * fa::ref::visible_pairs(counted);
     row.tflops = flops / (row.ms * 1e-3) / 1e12;
-    row.pct = 100.0 * row.tflops / ceiling.tflops;
+    row.pct = ceiling.tflops > 0 ? 100.0 * row.tflops / ceiling.tflops : 0;
   } catch (const fa::Error& e) {
     row.status = std::string("ERROR: ") + e.what();
   }
@@ -485,10 +485,17 @@ int main(int argc, char** argv) {
     }
     const Ceiling fma{"fp32_fma", fa::bench::measure_fp32_fma_tflops()};
     const Ceiling mma{"mma_sync_fp16", fa::bench::measure_mma_sync_tflops()};
+    // Lesson 13's roof is a wgmma GEMM (cuBLAS), measured only when lesson 13 runs on a Hopper GPU.
+    const bool hopper_lesson = std::any_of(lessons.begin(), lessons.end(), [](const fa::LessonInfo* l) {
+      return std::string(l->id).substr(0, 2) == "13";
+    });
+    const Ceiling gemm{"cublas_gemm_fp16", hopper_lesson && prop.major == 9 ? fa::bench::measure_cublas_gemm_tflops() : 0};
     fa::bench::L2Flusher flusher;
-    std::printf("fa-bench on %s (%d SMs, L2 %d MB): ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s; L2 flushed "
-                "(%zu MB) before every run; medians of CUDA-event times\n",
-                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, fma.tflops, mma.tflops, flusher.bytes() >> 20);
+    std::printf("fa-bench on %s (%d SMs, L2 %d MB): ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s", prop.name,
+                prop.multiProcessorCount, prop.l2CacheSize >> 20, fma.tflops, mma.tflops);
+    if (gemm.tflops > 0) std::printf(", cuBLAS fp16 GEMM (8192^3) %.1f TFLOP/s", gemm.tflops);
+    else if (hopper_lesson) std::printf(", cuBLAS GEMM not measured (%s): lesson 13's %% column is 0", prop.major == 9 ? "fa-bench built without cuBLAS" : "not a Hopper GPU");
+    std::printf("; L2 flushed (%zu MB) before every run; medians of CUDA-event times\n", flusher.bytes() >> 20);
     if (!o.varlen.empty()) {
       long total = 0;
       for (int len : o.varlen) total += len;
@@ -516,9 +523,9 @@ int main(int argc, char** argv) {
               const auto& dims = l->features.head_dims;
               if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
               // Lessons 07 on compute on the tensor cores, except lesson 10 (the clear backward, on
-              // the CUDA cores); the others on the FP32 FMA pipes.
+              // the CUDA cores); the others on the FP32 FMA pipes. Lesson 13 on wgmma.
               const std::string nn = std::string(l->id).substr(0, 2);
-              const Ceiling& ceiling = nn >= "07" && nn != "10" ? mma : fma;
+              const Ceiling& ceiling = nn == "13" ? gemm : nn >= "07" && nn != "10" ? mma : fma;
               const Row r = run_case(*l, t, d, causal, n, o, flusher, ceiling);
               if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
               const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);

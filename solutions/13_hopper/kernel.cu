@@ -1,4 +1,4 @@
-// Lesson 13 (part 1): the forward on Hopper's own instructions (sm_90a). DRAFT, not yet run on a GPU.
+// Lesson 13 (part 1): the forward on Hopper's own instructions (sm_90a).
 //   TMA       Q, K and V tiles are copied by the tensor-memory accelerator (cp.async.bulk.tensor),
 //             described by tensor maps built on the host, 128-byte swizzled (wgmma.hpp);
 //   mbarrier  each copy completes on a shared-memory barrier that counts the bytes it expects;
@@ -296,6 +296,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   fa::throw_if_todos_left("13_hopper", kTodosLeft);
   if (p.heads_q > 65535 || p.batch > 65535)
     throw fa::InvalidArgument("lesson 13_hopper: heads_q and batch must be at most 65535 (grid y, z)");
+  int dev = 0, major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0)  // wgmma and setmaxnreg exist on sm_90a alone
+    throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(major) +
+                    std::to_string(minor));
   if (p.head_dim == 64) {
     FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64>(p, stream)));
   } else {

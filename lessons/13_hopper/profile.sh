@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Lesson 13's profiling exercise: where the Hopper forward's time goes, against lesson 08 at the
+# same shape (seqlen 4096, head_dim 128, fp16, non-causal and causal). Per kernel: time, the tensor
+# pipe's busy fraction (mma.sync's HMMA for lesson 08, wgmma's HGMMA for lesson 13: the same
+# counter covers both), instructions issued, and the stall reasons that matter here: waiting on
+# wgmma (gmma), on a barrier (mbarrier waits show as long scoreboard or branch resolving), on
+# shared memory. Predict first (README, "How to profile"): which kernel issues fewer instructions
+# per FLOP, and by how much?
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export FA_BUILD=${FA_BUILD:-$root/build/student}
+metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active
+metrics=$metrics,smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
+metrics=$metrics,smsp__warp_issue_stalled_gmma_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
+metrics=$metrics,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct
+metrics=$metrics,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__issue_active.avg.pct_of_peak_sustained_active
+"$root/tools/ncu-profile.sh" lesson13 "$metrics" "hopper_kernel|pipelined_kernel" \
+  --lessons 08,13 --seqlens 4096 --head-dims 128 --causal 0,1
+echo "Read it: the tensor pipe's busy fraction is the ceiling's share each kernel reaches; what is"
+echo "left is in the stalls. Lesson 13's consumers wait on their own wgmma (gmma) while the softmax"
+echo "waits for S: part 2 overlaps the two."
