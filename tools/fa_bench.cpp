@@ -483,18 +483,23 @@ int main(int argc, char** argv) {
       if (wanted && l->memory == fa::Memory::kDevice) lessons.push_back(l);
       if (nn == "08") g_forward_for_backward = l;
     }
-    const Ceiling fma{"fp32_fma", fa::bench::measure_fp32_fma_tflops()};
-    const Ceiling mma{"mma_sync_fp16", fa::bench::measure_mma_sync_tflops()};
+    // --once times nothing, so it measures no ceiling either (under a sanitizer or a profiler those
+    // kernels would only cost time).
+    const Ceiling fma{"fp32_fma", o.once ? 0 : fa::bench::measure_fp32_fma_tflops()};
+    const Ceiling mma{"mma_sync_fp16", o.once ? 0 : fa::bench::measure_mma_sync_tflops()};
     // Lesson 13's roof is a wgmma GEMM (cuBLAS), measured only when lesson 13 runs on a Hopper GPU.
     const bool hopper_lesson = std::any_of(lessons.begin(), lessons.end(), [](const fa::LessonInfo* l) {
       return std::string(l->id).substr(0, 2) == "13";
     });
-    const Ceiling gemm{"cublas_gemm_fp16", hopper_lesson && prop.major == 9 ? fa::bench::measure_cublas_gemm_tflops() : 0};
+    const Ceiling gemm{"cublas_gemm_fp16", hopper_lesson && prop.major == 9 && !o.once ? fa::bench::measure_cublas_gemm_tflops() : 0};
     fa::bench::L2Flusher flusher;
-    std::printf("fa-bench on %s (%d SMs, L2 %d MB): ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s", prop.name,
-                prop.multiProcessorCount, prop.l2CacheSize >> 20, fma.tflops, mma.tflops);
+    std::printf("fa-bench on %s (%d SMs, L2 %d MB): ", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    if (o.once) std::printf("ceilings not measured (--once)");
+    else std::printf("ceilings measured: FP32 FMA %.1f, mma.sync fp16 %.1f TFLOP/s", fma.tflops, mma.tflops);
     if (gemm.tflops > 0) std::printf(", cuBLAS fp16 GEMM (8192^3) %.1f TFLOP/s", gemm.tflops);
-    else if (hopper_lesson) std::printf(", cuBLAS GEMM not measured (%s): lesson 13's %% column is 0", prop.major == 9 ? "fa-bench built without cuBLAS" : "not a Hopper GPU");
+    else if (hopper_lesson && !o.once)
+      std::printf(", cuBLAS GEMM not measured (%s): lesson 13's %% column is 0",
+                  prop.major == 9 ? "fa-bench built without cuBLAS" : "not a Hopper GPU");
     std::printf("; L2 flushed (%zu MB) before every run; medians of CUDA-event times\n", flusher.bytes() >> 20);
     if (!o.varlen.empty()) {
       long total = 0;
