@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
@@ -28,7 +30,6 @@ using lesson13::kBlockCols;
 
 constexpr int kRows = 128;      // query rows per block: 64 per consumer warpgroup
 constexpr int kKeys = 128;      // keys per K/V tile
-constexpr int kStages = 2;      // K/V tiles in flight
 constexpr int kThreads = 384;   // 3 warpgroups
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
@@ -36,7 +37,15 @@ const fa::TodoList kTodosLeft = {
     // @todos-left
 };
 
-template <int D>
+// The schedule, step by step (the README's step table): 1 = each consumer warpgroup runs
+// S = Q K^T, the softmax, then O += P V, one after the other; 2 = + intra-warpgroup overlap: the
+// next tile's Q K^T and this tile's P V are issued together, and the softmax of the next tile runs
+// while P V is still on the tensor cores; 3 = + ping-pong: the two consumer warpgroups take turns
+// issuing their GEMMs (named barriers), so one's softmax runs under the other's GEMMs.
+constexpr int kDefaultStep = 3;
+__host__ __device__ constexpr int stages_of(int step) { return step == 1 ? 2 : 3; }  // K/V tiles in flight
+
+template <int D, int kStages>
 struct Smem {
   static constexpr int q_bytes = kRows * D * 2, kv_bytes = kKeys * D * 2;
   static constexpr int q = 0, k = q_bytes, v = k + kStages * kv_bytes, bars = v + kStages * kv_bytes;
@@ -73,13 +82,17 @@ template <int kRegs>
 __device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
 __device__ __forceinline__ void set_max_registers_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+// Named barriers (ids 1-15; __syncthreads uses 0): wait until `count` threads arrived, or arrive only.
+__device__ __forceinline__ void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
 
 // ---- The kernel ------------------------------------------------------------------------------------
-template <class T, int D>
+template <class T, int D, int kStep>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                   const __grid_constant__ CUtensorMap tv) {
-  using S = Smem<D>;
+  constexpr int kStages = stages_of(kStep);
+  using S = Smem<D, kStages>;
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the tiles to it.
   const uint32_t base = (fa::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -101,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + 8 * s, 1);   // the producer's arrive (with the bytes it expects)
-      mbar_init(empty + 8 * s, 2);  // one arrive per consumer warpgroup
+      mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once its wgmmas on the stage are done
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -139,26 +152,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   float o[D / 2], sacc[kKeys / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kKeys / 2; ++i) sacc[i] = 0.f;
   float m[2] = {fa::kNegInf, fa::kNegInf}, l[2] = {0.f, 0.f};
-
-  mbar_wait(q_full, 0);
+  uint32_t pa[kKeys / 16][4];  // P of the last softmaxed tile, packed: O's A operand
   const uint32_t q_rows = q_addr + row_base * 128;  // this warpgroup's 64 rows of every column block
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % kStages;
-    mbar_wait(full + 8 * s, (j / kStages) & 1);
-    const uint32_t kj = k_addr + s * S::kv_bytes, vj = v_addr + s * S::kv_bytes;
 
-    // S = Q K^T: D / 16 steps of k16, accumulated in sacc (64 x kKeys, fp32).
-    lesson13::wgmma_fence();
+  // S = Q K_j^T: D / 16 steps of k16 into sacc (64 x kKeys, fp32), issued and committed, not waited.
+  auto issue_s = [&](int j) {
+    const uint32_t kj = k_addr + (j % kStages) * S::kv_bytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      lesson13::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk),
-                                   kk > 0);
+      lesson13::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk), kk > 0);
     lesson13::wgmma_commit();
-    lesson13::wgmma_wait<0>();
-
+  };
+  // O += P V_j: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element).
+  auto issue_pv = [&](int j) {
+    const uint32_t vj = v_addr + (j % kStages) * S::kv_bytes;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) lesson13::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
+    lesson13::wgmma_commit();
+  };
+  // This warp is done with tile j's stage (its wgmmas on it have completed): one of the 8 arrivals.
+  auto release = [&](int j) {
+    if (lane == 0) mbar_arrive(empty + 8 * (j % kStages));
+  };
+  // The mask and the online softmax (lessons 04-06, base 2) of tile j, in place: sacc becomes P
+  // (unnormalised, fp32), m and l move on, and alpha[hh] is what O's row hh must be scaled by.
+  auto softmax = [&](int j, float (&alpha)[2]) {
     // The mask, on the tiles that need it: key col is visible from row i iff col < seqlen_k and
     // (causal) col <= i + offset.
     if (j >= n_full) {
@@ -172,8 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // END SOLUTION
     }
-
-    // Online softmax (lessons 04-05), base 2: each thread holds 2 rows (hh = 0: g, 1: g + 8).
+    // Each thread holds 2 rows (hh = 0: g, 1: g + 8).
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float mx = m[hh];
@@ -182,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if ((i / 2) % 2 == hh) mx = fmaxf(mx, sacc[i]);
       mx = fa::group_max<4>(mx);
       const float m_scaled = mx == fa::kNegInf ? 0.f : mx * sl2;
-      const float alpha = fa::ex2(m[hh] * sl2 - m_scaled);
+      alpha[hh] = fa::ex2(m[hh] * sl2 - m_scaled);
       m[hh] = mx;
       float sum = 0.f;
 #pragma unroll
@@ -191,15 +209,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           sacc[i] = fa::ex2(fmaf(sacc[i], sl2, -m_scaled));
           sum += sacc[i];
         }
-      l[hh] = l[hh] * alpha + sum;
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i)
-        if ((i / 2) % 2 == hh) o[i] *= alpha;
+      l[hh] = l[hh] * alpha[hh] + sum;
     }
-
-    // O += P V: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element),
-    // packed to 16 bits before the first wgmma: registers an in-flight wgmma reads must not change.
-    uint32_t pa[kKeys / 16][4];
+  };
+  auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+  };
+  // P, packed to 16 bits: registers an in-flight wgmma reads must not change, so this happens only
+  // when no P V is in flight.
+  auto pack_p = [&] {
     // TODO(7): pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).
     // BEGIN SOLUTION
 #pragma unroll
@@ -210,14 +229,69 @@ __global__ void __launch_bounds__(kThreads, 1)
     // BEGIN SKELETON
     // for (auto& a : pa) a[0] = a[1] = a[2] = a[3] = 0;
     // END SKELETON
-    lesson13::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) lesson13::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
-    lesson13::wgmma_commit();
-    lesson13::wgmma_wait<0>();
-    // This warpgroup is done with stage s: one arrive for its 128 threads.
-    asm volatile("bar.sync %0, 128;\n" ::"r"(wg));  // named barrier 1 or 2: the warpgroup's threads only
-    if (tid == 0) mbar_arrive(empty + 8 * s);
+  };
+  // Ping-pong (step 3): warpgroup 1 waits on named barrier 3, warpgroup 2 on 4; each passes the turn
+  // to the other (arrive) once its GEMMs are issued. 256 = its own 128 threads + the other's 128.
+  const int my_turn = 2 + wg, other_turn = 5 - wg;
+  auto take_turn = [&] {
+    if constexpr (kStep >= 3) named_sync(my_turn, 256);
+  };
+  auto pass_turn = [&](bool last) {
+    // Warpgroup 2's last phase passes nothing: warpgroup 1 has no phase left to take it.
+    if constexpr (kStep >= 3)
+      if (!(last && wg == 2)) named_arrive(other_turn, 256);
+  };
+
+  mbar_wait(q_full, 0);
+  if (n_tiles > 0) {
+    if constexpr (kStep >= 3)
+      if (wg == 2) named_arrive(other_turn, 256);  // warpgroup 1 goes first
+    float alpha[2];
+    if constexpr (kStep == 1) {
+      for (int j = 0; j < n_tiles; ++j) {
+        mbar_wait(full + 8 * (j % kStages), (j / kStages) & 1);
+        lesson13::wgmma_fence();
+        issue_s(j);
+        lesson13::wgmma_wait<0>();
+        softmax(j, alpha);
+        rescale_o(alpha);
+        pack_p();
+        lesson13::wgmma_fence();
+        issue_pv(j);
+        lesson13::wgmma_wait<0>();
+        release(j);
+      }
+    } else {
+      // Tile 0: S, then its softmax; its P V waits for the next phase.
+      mbar_wait(full, 0);
+      take_turn();
+      lesson13::wgmma_fence();
+      issue_s(0);
+      pass_turn(false);
+      lesson13::wgmma_wait<0>();
+      softmax(0, alpha);  // O is still 0: nothing to rescale
+      pack_p();
+      for (int j = 1; j < n_tiles; ++j) {
+        mbar_wait(full + 8 * (j % kStages), (j / kStages) & 1);
+        take_turn();
+        lesson13::wgmma_fence();
+        issue_s(j);       // S_j = Q K_j^T
+        issue_pv(j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
+        pass_turn(false);
+        lesson13::wgmma_wait<1>();  // S_j is done; P V may still run
+        softmax(j, alpha);          // ... under it: this is the overlap
+        lesson13::wgmma_wait<0>();  // P V done: O may change, stage j - 1 is free
+        release(j - 1);
+        rescale_o(alpha);
+        pack_p();
+      }
+      take_turn();
+      lesson13::wgmma_fence();
+      issue_pv(n_tiles - 1);
+      pass_turn(true);
+      lesson13::wgmma_wait<0>();
+      release(n_tiles - 1);
+    }
   }
 
   // O / l and the LSE (natural log), O = 0 and LSE = +inf for rows that see no key.
@@ -274,10 +348,11 @@ CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, in
   return map;
 }
 
-template <class T, int D>
+template <class T, int D, int kStep>
 void launch(const fa::AttnParams& p, cudaStream_t stream) {
-  constexpr int smem = Smem<D>::total;
-  auto kernel = hopper_kernel<T, D>;
+  constexpr int smem = Smem<D, stages_of(kStep)>::total;
+  static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
+  auto kernel = hopper_kernel<T, D, kStep>;
   static bool configured = false;
   if (!configured) {
     FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -303,11 +378,24 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   if (major != 9 || minor != 0)  // wgmma and setmaxnreg exist on sm_90a alone
     throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(major) +
                     std::to_string(minor));
-  if (p.head_dim == 64) {
-    FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64>(p, stream)));
-  } else {
-    FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128>(p, stream)));
+  // FA_LESSON13_STEP=1|2|3 runs an earlier step of the schedule (the README's step table).
+  int step = kDefaultStep;
+  if (const char* e = std::getenv("FA_LESSON13_STEP")) {
+    const std::string v = e;
+    if (v != "1" && v != "2" && v != "3") throw fa::InvalidArgument("lesson 13_hopper: FA_LESSON13_STEP must be 1, 2 or 3, not '" + v + "'");
+    step = v[0] - '0';
   }
+  auto go = [&](auto step_tag) {
+    constexpr int kStep = decltype(step_tag)::value;
+    if (p.head_dim == 64) {
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep>(p, stream)));
+    } else {
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep>(p, stream)));
+    }
+  };
+  if (step == 1) go(std::integral_constant<int, 1>{});
+  else if (step == 2) go(std::integral_constant<int, 2>{});
+  else go(std::integral_constant<int, 3>{});
 }
 
 }  // namespace
