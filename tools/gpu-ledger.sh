@@ -9,11 +9,13 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 ledger=tests/gpu-ledger.md
-# What a GPU run depends on: kernels, runtime, tests, and the build that compiles them.
+# What a GPU run depends on: kernels, runtime, tests, and the build that compiles them. Markdown
+# (a solution's ANSWERS.md, notes) is read by people, never by the build or a test: it is left out,
+# so an instructor's answers can follow a recorded run without another one.
 paths=(solutions include runtime reference tests tools/CMakeLists.txt CMakeLists.txt cmake)
 
 sources_hash() {
-  git ls-files --cached --others --exclude-standard -- "${paths[@]}" | grep -vx "$ledger" | LC_ALL=C sort |
+  git ls-files --cached --others --exclude-standard -- "${paths[@]}" | grep -vx "$ledger" | grep -v '\.md$' | LC_ALL=C sort |
     while IFS= read -r f; do [ -f "$f" ] && printf '%s  %s\n' "$(sha256sum < "$f" | cut -c1-64)" "$f"; done |
     sha256sum | cut -c1-16
 }
