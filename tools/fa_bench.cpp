@@ -70,6 +70,19 @@ struct Ceiling {
   double tflops = 0;
 };
 
+// "08" for lesson 08_pipelining.
+std::string lesson_number(const fa::LessonInfo& l) { return std::string(l.id).substr(0, 2); }
+
+// The roof each lesson is read against, by the instructions it computes with: lesson 13 on wgmma
+// (a cuBLAS GEMM), lessons 07-12 on mma.sync except lesson 10 (the clear backward, on the CUDA
+// cores), the others on the FP32 FMA pipes.
+enum class Roof { kFma, kMmaSync, kGemm };
+Roof roof_of(const fa::LessonInfo& l) {
+  const std::string nn = lesson_number(l);
+  if (nn == "13") return Roof::kGemm;
+  return nn >= "07" && nn != "10" ? Roof::kMmaSync : Roof::kFma;
+}
+
 struct Options {
   std::vector<std::string> lessons{"all"};
   std::vector<int> seqlens{512, 1024, 2048, 4096, 8192, 16384};
@@ -478,7 +491,7 @@ int main(int argc, char** argv) {
     FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::vector<const fa::LessonInfo*> lessons;
     for (const fa::LessonInfo* l : fa_all_lessons()) {
-      const std::string nn = std::string(l->id).substr(0, 2);
+      const std::string nn = lesson_number(*l);
       const bool wanted = o.lessons.front() == "all" || std::find(o.lessons.begin(), o.lessons.end(), nn) != o.lessons.end();
       if (wanted && l->memory == fa::Memory::kDevice) lessons.push_back(l);
       if (nn == "08") g_forward_for_backward = l;
@@ -487,9 +500,9 @@ int main(int argc, char** argv) {
     // kernels would only cost time).
     const Ceiling fma{"fp32_fma", o.once ? 0 : fa::bench::measure_fp32_fma_tflops()};
     const Ceiling mma{"mma_sync_fp16", o.once ? 0 : fa::bench::measure_mma_sync_tflops()};
-    // Lesson 13's roof is a wgmma GEMM (cuBLAS), measured only when lesson 13 runs on a Hopper GPU.
+    // The wgmma GEMM roof (cuBLAS) is measured only when a lesson needs it and this is a Hopper GPU.
     const bool hopper_lesson = std::any_of(lessons.begin(), lessons.end(), [](const fa::LessonInfo* l) {
-      return std::string(l->id).substr(0, 2) == "13";
+      return roof_of(*l) == Roof::kGemm;
     });
     const Ceiling gemm{"cublas_gemm_fp16", hopper_lesson && prop.major == 9 && !o.once ? fa::bench::measure_cublas_gemm_tflops() : 0};
     fa::bench::L2Flusher flusher;
@@ -527,10 +540,8 @@ int main(int argc, char** argv) {
             for (int n : o.seqlens) {
               const auto& dims = l->features.head_dims;
               if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
-              // Lessons 07 on compute on the tensor cores, except lesson 10 (the clear backward, on
-              // the CUDA cores); the others on the FP32 FMA pipes. Lesson 13 on wgmma.
-              const std::string nn = std::string(l->id).substr(0, 2);
-              const Ceiling& ceiling = nn == "13" ? gemm : nn >= "07" && nn != "10" ? mma : fma;
+              const Roof roof = roof_of(*l);
+              const Ceiling& ceiling = roof == Roof::kGemm ? gemm : roof == Roof::kMmaSync ? mma : fma;
               const Row r = run_case(*l, t, d, causal, n, o, flusher, ceiling);
               if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
               const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);
