@@ -91,6 +91,11 @@ __device__ __forceinline__ int4 fresh(const int4& x) {
                : "r"(fa::smem_addr(&x)));
   return v;
 }
+__device__ __forceinline__ int2 fresh(const int2& x) {
+  int2 v;
+  asm volatile("ld.volatile.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(fa::smem_addr(&x)));
+  return v;
+}
 __device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
   long long a, b;
   asm volatile("ld.volatile.shared.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "r"(fa::smem_addr(x)));
@@ -597,14 +602,25 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);
   float* sDelta = sL + 2 * kRows;
 
-  // The block's sequence and bounds in shared memory, read where used (fresh), as in the forward:
-  // dK and dV hold 128 registers a thread, and the kernel is at the 255-register limit.
+  // The block's sequence and bounds in shared memory, as in the forward: dK and dV hold 128
+  // registers a thread, and the kernel is at the 255-register limit. The loop reads them as
+  // 16-byte loads (fresh) at the top of an iteration, and again where S^T's fragments are dead:
+  // a few volatile loads an iteration, not one per use.
   struct KeyBlock {
     Seq s;
     int k0, offset, first, per_head, n_iter, group, ts, hk;
-    int64_t rows0, head_rows;  // the LSE-style index of (head h, row 0) is rows0 + h head_rows
   };
   __shared__ KeyBlock kb;
+  __shared__ int4 iters;   // n_iter, per_head, first, hk * group
+  __shared__ int4 bounds;  // len_q, len_k, offset, k0
+  // Where head 0's rows start in Q and dO, its statistics (stat_row), its fp32 dQ sums (lse_index)
+  // and its gate (gate_index); head h's are h times the head's stride further.
+  __shared__ alignas(16) int64_t origin[5];
+  // Per buffer, its query tile: head h, first row q0, whether it needs the mask, and the mask's
+  // bound (below). Thread 0 writes it as the loads start, and it travels with the tiles: the loop
+  // reads it back where it needs it, with no register held and no division (it / per_head).
+  __shared__ int4 tile_of[2];  // h, q0, masked, bound
+  auto head_row = [&](int buf) { return fresh(reinterpret_cast<const int2&>(tile_of[buf])); };  // h, q0
   if (threadIdx.x == 0) {
     int b = 0, ktile = -1;
     kb.k0 = -1;
@@ -621,41 +637,55 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       kb.group = p.heads_q / p.heads_kv;
       kb.n_iter = kb.per_head * kb.group;
       kb.hk = head(p.heads_kv);
-      kb.rows0 = lse_index(p, kb.s, 0);
-      kb.head_rows = lse_index(p, kb.s, 1) - kb.rows0;
+      iters = make_int4(kb.n_iter, kb.per_head, kb.first, kb.hk * kb.group);
+      bounds = make_int4(kb.s.len_q, kb.s.len_k, kb.offset, kb.k0);
+      origin[0] = q_offset(p.q_stride, kb.s, 0);
+      origin[1] = q_offset(p.do_stride, kb.s, 0);
+      origin[2] = lesson12::stat_row(kb.s.varlen, b, 0, 0, p.heads_q, stat_stride, kb.ts);
+      origin[3] = lse_index(p, kb.s, 0);
+      origin[4] = gate_index(p, kb.s, 0);
     }
   }
   __syncthreads();
   if (kb.k0 < 0) return;
   const Seq& s = kb.s;
-  auto k0 = [&] { return fresh(kb.k0); };
-  auto offset = [&] { return fresh(kb.offset); };
-  auto first = [&] { return fresh(kb.first); };
-  auto per_head = [&] { return fresh(kb.per_head); };
-  auto n_iter = [&] { return fresh(kb.n_iter); };
-  auto group = [&] { return fresh(kb.group); };
-  auto len_q = [&] { return fresh(kb.s.len_q); };
-  auto len_k = [&] { return fresh(kb.s.len_k); };
-  auto hk = [&] { return fresh(kb.hk); };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const T* kbase = static_cast<const T*>(p.k) + k_offset(p.k_stride, s, hk());
-  const T* vbase = static_cast<const T*>(p.v) + k_offset(p.v_stride, s, hk());
-
-  load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, k0(), len_k());
-  load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, k0(), len_k());
-  auto load_queries = [&](int it, int buf) {
-    const int h = hk() * group() + it / per_head(), q0 = (first() + it % per_head()) * kRows;
-    const T* qbase = static_cast<const T*>(p.q) + q_offset(p.q_stride, s, h);
-    const T* dobase = static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h);
-    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, len_q());
-    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, len_q());
-    const int64_t r0 = lesson12::stat_row(s.varlen, s.b, h, q0, p.heads_q, stat_stride, fresh(kb.ts));
+  // Head h's statistics, fp32 dQ sums and gate: origin[2], [3] and [4] plus h heads' strides
+  // (the parameters', which cost no register).
+  auto stat_at = [&](int h) { return fresh(origin[2]) + h * stat_stride; };
+  auto accum_at = [&](int h) { return fresh(origin[3]) + h * int64_t(is_varlen(p) ? p.total_q : p.seqlen_q); };
+  auto gate_at = [&](int h) { return fresh(origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k); };
+  {
+    const int4 bd = fresh(bounds);
+    const int hk = fresh(kb.hk);
+    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + k_offset(p.k_stride, s, hk), p.k_stride.row, bd.w, bd.y);
+    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + k_offset(p.v_stride, s, hk), p.v_stride.row, bd.w, bd.y);
+  }
+  // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
+  // and D (whole tiles of statistics: no guard); thread 0 fills the buffer's tile_of. The mask's
+  // bound: causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
+  // otherwise len_k - k0 (masked at k >= bound).
+  auto load_queries = [&](int h, int q0, int buf) {
+    const int4 bd = fresh(bounds);
+    const longlong2 qd = fresh_pair(origin);
+    const T* qbase = static_cast<const T*>(p.q) + qd.x + h * p.q_stride.head;
+    const T* dobase = static_cast<const T*>(p.dout) + qd.y + h * p.do_stride.head;
+    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, bd.x);
+    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, bd.x);
+    const int64_t r0 = stat_at(h) + q0;
     const int x = threadIdx.x;
     if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), lse2 + r0 + 4 * x, true);
     else if (x < kRows / 2)
       fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), delta + r0 + 4 * (x - kRows / 4), true);
+    if (x == 0) {
+      const bool masked = lesson11::needs_mask(q0, bd.w, kKeys, bd.y, bd.z, p.causal);
+      tile_of[buf] = make_int4(h, q0, masked, p.causal ? q0 + bd.z - bd.w : bd.y - bd.w);
+    }
   };
-  if (n_iter() > 0) load_queries(0, 0);
+  {
+    const int4 n = fresh(iters);
+    if (n.x > 0) load_queries(n.w, n.z * kRows, 0);
+  }
   fa::cp_async_commit();
 
   float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
@@ -675,13 +705,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   if constexpr (kRowSums) {
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) rowsum[r / kRows][r % kRows] = 0.f;
   }
-  // Adds buffer `buf` (iteration it's rows) to the row terms of dG and clears it: after a barrier.
-  auto flush_rows = [&](int it, int buf) {
+  // Adds buffer `buf` (query head h's rows from q0) to the row terms of dG and clears it: after a
+  // barrier.
+  auto flush_rows = [&](int h, int q0, int len_q, int offset, int buf) {
     const int x = threadIdx.x;
     if (x < kRows) {
-      const int h = hk() * group() + it / per_head(), row = (first() + it % per_head()) * kRows + x;
-      const int pos = row + offset();
-      if (row < len_q() && pos >= 0) atomicAdd(dG_rows + gate_index(p, s, h) + pos, rowsum[buf][x]);
+      const int row = q0 + x, pos = row + offset;
+      if (row < len_q && pos >= 0) atomicAdd(dG_rows + gate_at(h) + pos, rowsum[buf][x]);
       rowsum[buf][x] = 0.f;
     }
   };
@@ -691,46 +721,48 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
 
-  for (int it = 0; it < n_iter(); ++it) {
+  for (int it = 0;; ++it) {
+    const int4 n = fresh(iters);
+    if (it >= n.x) break;
     const int buf = it & 1;
-    // This iteration's query head and tile, computed where used (registers, again).
-    auto h_of = [&] { return hk() * group() + it / per_head(); };
-#if __CUDA_ARCH__ >= 900
-    auto q0_of = [&] { return (first() + it % per_head()) * kRows; };
-#else  // for sm_80 code ptxas fits the kernel in 255 registers only with q0 kept (found by trying)
-    const int q0c = (first() + it % per_head()) * kRows;
-    auto q0_of = [&] { return q0c; };
-#endif
     fa::cp_async_wait<0>();
     __syncthreads();
-    if (it + 1 < n_iter()) load_queries(it + 1, buf ^ 1);
-    fa::cp_async_commit();
-    if constexpr (kRowSums) {
-      if (it > 0) flush_rows(it - 1, buf ^ 1);
+    float kg[kKT][2] = {};  // the gate: this thread's keys' differences from the query tile's anchor
+    {  // The iteration's setup, while no fragment is live: its query tile and the bounds in registers.
+      const int4 bd = fresh(bounds);
+      const int2 tile = head_row(buf);
+      const int len_q = bd.x, len_k = bd.y, offset = bd.z, k0 = bd.w, h = tile.x, q0 = tile.y;
+      if (it + 1 < n.x) {
+        // The next iteration's: the head's next query tile, or the first of the next head.
+        const bool next_head = q0 + kRows >= len_q;
+        load_queries(next_head ? h + 1 : h, next_head ? n.z * kRows : q0 + kRows, buf ^ 1);
+      }
+      fa::cp_async_commit();
+      if constexpr (kRowSums) {
+        // The previous iteration's tile (its slot was just rewritten): query tile first + (it - 1)
+        // % per_head of head hk * group + (it - 1) / per_head.
+        if (it > 0) flush_rows(n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, len_q, offset, buf ^ 1);
+      }
+      if constexpr (kGate) {
+        const double* gh = G + gate_at(h);
+        // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
+        //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
+        // BEGIN SOLUTION
+        const double anchor = gh[lesson12::gate_anchor(q0, len_q, len_k)];
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int key = k0 + 16 * (kKT * warp + kt) + g + 8 * hh;
+            if (key < len_k) kg[kt][hh] = gate_diff(gh, key, anchor);
+          }
+        // END SOLUTION
+      }
     }
     const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
     const float* lse_s = sL + buf * kRows;
     const float* delta_s = sDelta + buf * kRows;
 
-    // The gate: this thread's keys' differences from the query tile's anchor (0 without it).
-    float kg[kKT][2] = {};
-    const double* gh = kGate ? G + gate_index(p, s, h_of()) : nullptr;
-    if constexpr (kGate) {
-      // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
-      //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
-      // BEGIN SOLUTION
-      const double anchor = gh[lesson12::gate_anchor(q0_of(), len_q(), len_k())];
-#pragma unroll
-      for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int key = k0() + 16 * (kKT * warp + kt) + g + 8 * hh;
-          if (key < len_k()) kg[kt][hh] = gate_diff(gh, key, anchor);
-        }
-      // END SOLUTION
-    }
-
-    const bool masked = lesson11::needs_mask(q0_of(), k0(), kKeys, len_k(), offset(), p.causal);
 #pragma unroll 1
     for (int sub = 0; sub < kRows / kSub; ++sub) {
     const int r0 = sub * kSub;
@@ -758,7 +790,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
     }
 
-    // P^T and dS^T in place (lesson 11), the key's gate difference beside the row's LSE2.
+    // P^T and dS^T in place (lesson 11), the key's gate difference beside the row's LSE2. The mask
+    // (tile_of), keys counted from the warp's first and rows from the step's first: causal,
+    // key > row + lim; otherwise key >= lim. Causal, keys past len_k are past row + offset for every
+    // row of the sequence, and rows past len_q have P = 0 anyway (LSE2 = +inf): no test of their own.
+    const int4 tile = fresh(tile_of[buf]);
+    const bool masked = tile.z;
+    const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
 #pragma unroll
     for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
@@ -767,11 +805,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float pv = fa::ex2(fmaf(sacc[kt][nt][e], sl2, -((e % 2 ? l2.y : l2.x) + kg[kt][e / 2])));
+        float lg = e % 2 ? l2.y : l2.x;
+        if constexpr (kGate) lg += kg[kt][e / 2];
+        float pv = fa::ex2(fmaf(sacc[kt][nt][e], sl2, -lg));
         if (masked) {
           const lesson11::KeyRow at = lesson11::st_element(lane, nt, e);
-          const int key = k0() + 16 * (kKT * warp + kt) + at.key, row = q0_of() + r0 + at.row;
-          if (key >= len_k() || (p.causal && key > row + offset())) pv = 0.f;
+          const int key = 16 * kt + at.key;
+          if (p.causal ? key > at.row + lim : key >= lim) pv = 0.f;
         }
         sacc[kt][nt][e] = pv;
         dp[kt][nt][e] = pv * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
@@ -851,18 +891,23 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     }  // sub
 
+    // The iteration's query head and first row again, where S^T's fragments are dead.
+    const int2 tile = head_row(buf);
+    const int h = tile.x, q0 = tile.y;
     if constexpr (kGate) {
+      const int4 bd = fresh(bounds);
+      const int len_q = bd.x, len_k = bd.y, k0 = bd.w;
       // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
       //   keys below len_k and set colsum back to 0 for the next head.
       // BEGIN SOLUTION
-      if (it % per_head() == per_head() - 1 && t == 0) {
-        float* dgh = dG + gate_index(p, s, h_of());
+      if (q0 + kRows >= len_q && t == 0) {  // the head's last tile
+        float* dgh = dG + gate_at(h);
 #pragma unroll
         for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int k = 16 * (kKT * warp + kt) + g + 8 * hh;
-            if (k0() + k < len_k()) dgh[k0() + k] = -colsum[k];
+            if (k0 + k < len_k) dgh[k0 + k] = -colsum[k];
             colsum[k] = 0.f;
           }
       }
@@ -894,13 +939,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         }
       }
       // The fp32 sums of dQ: (heads_q, total_q, D) varlen, (batch, heads_q, seqlen_q, D) dense.
-      float* dq_head = dq_accum + (fresh(kb.rows0) + h_of() * fresh(kb.head_rows)) * D;
+      float* dq_head = dq_accum + accum_at(h) * D;
+      const int len_q = fresh(bounds.x);
 #pragma unroll
       for (int mt = 0; mt < kMQ; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int row = q0_of() + 16 * (mw * kMQ + mt) + g + 8 * hh;
-          if (row >= len_q()) continue;
+          const int row = q0 + 16 * (mw * kMQ + mt) + g + 8 * hh;
+          if (row >= len_q) continue;
 #pragma unroll
           for (int nt = 0; nt < kDW / 8; ++nt) {
             float* dst = dq_head + int64_t(row) * D + nw * kDW + nt * 8 + 2 * t;
@@ -915,21 +961,25 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
   }
   if constexpr (kRowSums) {
-    if (n_iter() > 0) {
+    const int n_iter = fresh(iters.x), last = (n_iter - 1) & 1;
+    if (n_iter > 0) {
       __syncthreads();
-      flush_rows(n_iter() - 1, (n_iter() - 1) & 1);
+      const int4 bd = fresh(bounds);
+      const int2 tile = head_row(last);
+      flush_rows(tile.x, tile.y, bd.x, bd.z, last);
     }
   }
   fa::cp_async_wait<0>();
 
-  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, hk());
-  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, hk());
+  const int4 bd = fresh(bounds);
+  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, fresh(kb.hk));
+  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, fresh(kb.hk));
 #pragma unroll
   for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int key = k0() + 16 * (kKT * warp + kt) + g + 8 * hh;
-    if (key >= len_k()) continue;
+    const int key = bd.w + 16 * (kKT * warp + kt) + g + 8 * hh;
+    if (key >= bd.y) continue;
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
       *reinterpret_cast<uint32_t*>(dkb + key * p.dk_stride.row + dt * 8 + 2 * t) =
@@ -978,11 +1028,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   T* sdO = sQ + kRows * D;
   T* sK = sdO + kRows * D;
   T* sV = sK + 2 * kKeys * D;
-  // The block's sequence, bounds and K/V offsets in shared memory, read where used (the forward's
-  // reason: registers are at the limit).
+  // The block's sequence, bounds and K/V offsets in shared memory (the forward's reason: registers
+  // are at the limit), read as in the forward: once a key tile, as 16-byte loads.
   __shared__ Block blk;
   __shared__ int ts;
-  __shared__ int64_t kv_at[2];
+  __shared__ int4 loop;  // what the key loop reads: n_tiles, n_full, len_k, q0 + offset
+  __shared__ alignas(16) int64_t kv_at[2];
+  __shared__ int64_t gh_at;  // gate_index of (sequence, head h)
   __shared__ double anchor_s;  // the gate's anchor
   const int h = head(p.heads_q);
   if (threadIdx.x == 0) {
@@ -992,6 +1044,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       ts = blk.s.varlen ? qtile_start[blk.s.b] : 0;
       kv_at[0] = k_offset(p.k_stride, blk.s, hk);
       kv_at[1] = k_offset(p.v_stride, blk.s, hk);
+      loop = make_int4(blk.n_tiles, blk.n_full, blk.s.len_k, blk.tile * kRows + blk.offset);
+      gh_at = gate_index(p, blk.s, h);
       if (kGate)
         anchor_s = blk.s.len_k > 0 ? G[gate_index(p, blk.s, h) + lesson12::gate_anchor(blk.tile * kRows, blk.s.len_q, blk.s.len_k)] : 0.0;
     }
@@ -1026,13 +1080,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
 
-  for (int j = 0; j < fresh(blk.n_tiles); ++j) {
+  for (int j = 0;; ++j) {
+    const int4 top = fresh(loop);
+    if (j >= top.x) break;
     fa::cp_async_wait<0>();
     __syncthreads();
-    if (j + 1 < fresh(blk.n_tiles)) {
+    if (j + 1 < top.x) {
       const int slot = (j + 1) % 2;
-      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase(), p.k_stride.row, (j + 1) * kKeys, len_k());
-      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase(), p.v_stride.row, (j + 1) * kKeys, len_k());
+      const longlong2 kv = fresh_pair(kv_at);
+      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, (j + 1) * kKeys, top.z);
+      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, (j + 1) * kKeys, top.z);
     }
     fa::cp_async_commit();
     const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
@@ -1054,21 +1111,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
       }
     }
+    // The tile's bounds (and the gate's G and anchor), read once after S, where Q's and K's
+    // fragments are dead. Rows are counted from q0: key col is masked at or past len_k, or
+    // (causal) past row + q0 + offset.
+    const int4 lim = fresh(loop);
+    const bool masked = j >= lim.y;
+    const double* gh = kGate ? G + fresh(gh_at) : nullptr;
+    const double anchor = kGate ? fresh(anchor_s) : 0.0;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int c = j * kKeys + nt * 8 + 2 * t;
       float kg[2] = {0.f, 0.f};
       if constexpr (kGate) {
-        const double* gh = G + gate_index(p, s, h);
-        if (c < len_k()) kg[0] = gate_diff(gh, c, fresh(anchor_s));
-        if (c + 1 < len_k()) kg[1] = gate_diff(gh, c + 1, fresh(anchor_s));
+        if (c < lim.z) kg[0] = gate_diff(gh, c, anchor);
+        if (c + 1 < lim.z) kg[1] = gate_diff(gh, c + 1, anchor);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float pv = fa::ex2(fmaf(sacc[nt][e], sl2, -(l2[e / 2] + kg[e % 2])));
-        if (j >= fresh(blk.n_full)) {
-          const int row = q0() + 16 * warp + g + 8 * (e / 2), col = c + e % 2;
-          if (col >= len_k() || (p.causal && col > row + offset())) pv = 0.f;
+        float lg = l2[e / 2];
+        if constexpr (kGate) lg += kg[e % 2];
+        float pv = fa::ex2(fmaf(sacc[nt][e], sl2, -lg));
+        if (masked) {
+          const int row = 16 * warp + g + 8 * (e / 2), col = c + e % 2;
+          if (col >= lim.z || (p.causal && col > row + lim.w)) pv = 0.f;
         }
         dp[nt][e] = pv * (dp[nt][e] - dd[e / 2]);
         if constexpr (kGate) rows[e / 2] += dp[nt][e];
