@@ -1,3 +1,5 @@
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "fa/cuda_check.hpp"
@@ -20,6 +22,21 @@ bool no_gpu(std::string* why) {
                               : std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
   }
   return true;
+}
+
+const DeviceInfo& current_device() {
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> known;  // by device number; entries never move
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(dev);
+  if (it != known.end()) return it->second;
+  int major = 0, minor = 0, sms = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return known[dev] = DeviceInfo{major * 10 + minor, sms};
 }
 
 }  // namespace fa

@@ -11,6 +11,13 @@ namespace fa {
 // True when the machine has no usable CUDA device. Without a driver cudaGetDeviceCount returns
 // cudaErrorInsufficientDriver, not cudaErrorNoDevice: both mean "no GPU".
 bool no_gpu(std::string* why = nullptr);
+// The current device, queried once per device: its compute capability (major * 10 + minor), by
+// which lessons pick a configuration, and its number of SMs (lesson 13's persistent grid).
+struct DeviceInfo {
+  int sm = 0;
+  int sm_count = 0;
+};
+const DeviceInfo& current_device();
 }  // namespace fa
 
 #define FA_CUDA_CHECK(expr)                                              \

@@ -1099,13 +1099,6 @@ template <class Kernel>
 void allow_smem(Kernel kernel, int bytes) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
-int device_sm() {
-  int dev = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
 void check_started() {
   fa::throw_if_todos_left("12_gqa_varlen_gate", lesson12::kPlanTodosLeft);
   fa::throw_if_todos_left("12_gqa_varlen_gate", kTodosLeft);
@@ -1158,7 +1151,7 @@ void forward_dispatch(const fa::AttnParams& p, int index, cudaStream_t stream) {
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
-  const int index = lesson08::config_for(device_sm(), p.head_dim);
+  const int index = lesson08::config_for(fa::current_device().sm, p.head_dim);
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.gate != nullptr) forward_dispatch<T, true>(p, index, stream);
     else forward_dispatch<T, false>(p, index, stream);

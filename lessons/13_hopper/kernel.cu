@@ -1,17 +1,21 @@
 // Your copy of this lesson, generated from solutions/13_hopper/kernel.cu by fa-skeleton.
-// Lesson 13 (part 1): the forward on Hopper's own instructions (sm_90a).
+// Lesson 13: the forward on Hopper's own instructions (sm_90a), warp-specialised.
 //   TMA       Q, K and V tiles are copied by the tensor-memory accelerator (cp.async.bulk.tensor),
 //             described by tensor maps built on the host, 128-byte swizzled (wgmma.hpp);
 //   mbarrier  each copy completes on a shared-memory barrier that counts the bytes it expects;
 //   wgmma     a warpgroup (4 warps) multiplies 64 rows at once: S = Q K^T from shared memory,
 //             O += P V with P straight from S's registers;
 //   roles     warpgroup 0 produces (one thread issues every copy), warpgroups 1 and 2 consume
-//             (64 query rows each, 128 per block), with a ring of kStages K/V tiles between them.
+//             (64 query rows each, 128 per work tile), with a ring of kStages K/V tiles between them;
+//   schedule  four steps (kDefaultStep below), the last a persistent grid: one block per SM takes
+//             work tiles from a counter, and loads the next one's Q and K/V under this one's end.
 // Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
 // (bottom-right aligned) and not; GQA.
 #include <cuda.h>  // CUtensorMap and its enums (the header only: the driver is reached at run time)
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -35,7 +39,7 @@ constexpr int kThreads = 384;   // 3 warpgroups
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
 const fa::TodoList kTodosLeft = {
-    "TODO(5) in kernel.cu: before reusing stage s (j >= kStages), wait for the consumers' release of its",
+    "TODO(5) in kernel.cu: before reusing stage s (kv >= kStages), wait for the consumers' release of the",
     "TODO(6) in kernel.cu: -inf where key col is not visible from row i (lesson13::acc_element gives both).",
     "TODO(7) in kernel.cu: pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).",
 };
@@ -44,15 +48,17 @@ const fa::TodoList kTodosLeft = {
 // S = Q K^T, the softmax, then O += P V, one after the other; 2 = + intra-warpgroup overlap: the
 // next tile's Q K^T and this tile's P V are issued together, and the softmax of the next tile runs
 // while P V is still on the tensor cores; 3 = + ping-pong: the two consumer warpgroups take turns
-// issuing their GEMMs (named barriers), so one's softmax runs under the other's GEMMs.
-constexpr int kDefaultStep = 3;
+// issuing their GEMMs (named barriers), so one's softmax runs under the other's GEMMs; 4 = + a
+// persistent grid: one block per SM loops over work tiles, taken from a counter in global memory,
+// and its producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
+constexpr int kDefaultStep = 4;
 __host__ __device__ constexpr int stages_of(int step) { return step == 1 ? 2 : 3; }  // K/V tiles in flight
 
 template <int D, int kStages>
 struct Smem {
   static constexpr int q_bytes = kRows * D * 2, kv_bytes = kKeys * D * 2;
   static constexpr int q = 0, k = q_bytes, v = k + kStages * kv_bytes, bars = v + kStages * kv_bytes;
-  static constexpr int total = bars + 64 + 1024;  // barriers, and slack to align the base to 1024
+  static constexpr int total = bars + 128 + 1024;  // barriers and the work slots, slack to align the base
 };
 
 // ---- mbarrier and TMA, one PTX instruction each --------------------------------------------------
@@ -86,35 +92,77 @@ __device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnr
 template <int kRegs>
 __device__ __forceinline__ void set_max_registers_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 // Named barriers (ids 1-15; __syncthreads uses 0): wait until `count` threads arrived, or arrive only.
-__device__ __forceinline__ void named_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+// A warp takes part as a whole, all 32 threads at the same instruction: __syncwarp() first
+// reconverges a warp whose threads went separate ways (a spin on an mbarrier, a lane-0 branch).
+__device__ __forceinline__ void named_sync(int id, int count) {
+  __syncwarp();
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  __syncwarp();
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// ---- Work tiles ------------------------------------------------------------------------------------
+// A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
+// fastest, so that the blocks running at one time share a few heads' K/V in L2, and causal, each
+// head's heaviest (last) query tile first, so that its light ones fill the gaps at the end.
+struct Tile {
+  int q0, h, b, hk;
+  int n_tiles;  // key tiles visited
+  int n_full;   // tiles before n_full need no mask: every key exists and (causal) every row sees it
+};
+__device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
+  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
+  const int rank = int(w % n_qtiles);
+  const int64_t hb = w / n_qtiles;
+  Tile tl;
+  tl.h = int(hb % p.heads_q);
+  tl.b = int(hb / p.heads_q);
+  tl.hk = tl.h / (p.heads_q / p.heads_kv);
+  const int qtile = p.causal ? n_qtiles - 1 - rank : rank;
+  const int q0 = qtile * kRows, offset = p.seqlen_k - p.seqlen_q;
+  int k_end = p.seqlen_k;
+  if (p.causal) k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
+  tl.n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
+  const int n_full = p.causal ? max(0, min(p.seqlen_k / kKeys, (q0 + offset + 1) / kKeys)) : p.seqlen_k / kKeys;
+  tl.q0 = q0;
+  tl.n_full = n_full;
+  return tl;
+}
 
 // ---- The kernel ------------------------------------------------------------------------------------
+// Steps 1-3: a grid of (query tiles, heads, batch) blocks, one work tile each. Step 4: gridDim.x
+// blocks (one per SM); block i starts with tile i and then takes the next from `counter` (zero at
+// launch) until all n_work are taken.
+//
+// Between work tiles the producer and each consumer warpgroup meet at a rendezvous, a named
+// barrier of the warpgroup's 128 threads and the producer's warp (ids 1 and 2; ping-pong uses 3
+// and 4). A warpgroup reaches it once its last Q K^T of a tile is done, so after it Q's buffer may
+// take the next tile's rows; and the producer has written the next tile's number in a work slot
+// before it, so after it the warpgroup reads it. Two work slots, alternating: the slot of tile t + 2
+// is written after the rendezvous of tile t + 1, which each warpgroup reaches after reading tile t's.
+constexpr int kRendezvousThreads = 128 + 32;
 template <class T, int D, int kStep>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                  const __grid_constant__ CUtensorMap tv) {
+                  const __grid_constant__ CUtensorMap tv, int64_t n_work, unsigned long long* counter) {
   constexpr int kStages = stages_of(kStep);
+  constexpr bool kPersistent = kStep >= 4;
   using S = Smem<D, kStages>;
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the tiles to it.
   const uint32_t base = (fa::smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t q_addr = base + S::q, k_addr = base + S::k, v_addr = base + S::v, bars = base + S::bars;
-  const uint32_t q_full = bars, full = bars + 8, empty = bars + 8 + 8 * kStages;  // 8 bytes a barrier
-
-  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
-  const int qtile = p.causal ? n_qtiles - 1 - int(blockIdx.x) : int(blockIdx.x);  // causal: heaviest first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.heads_q / p.heads_kv);
-  const int q0 = qtile * kRows, offset = p.seqlen_k - p.seqlen_q;
-  int k_end = p.seqlen_k;
-  if (p.causal) k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
-  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
-  // Tiles before n_full need no mask: every key exists and (causal) every row of the block sees it.
-  const int n_full = p.causal ? max(0, min(p.seqlen_k / kKeys, (q0 + offset + 1) / kKeys)) : p.seqlen_k / kKeys;
+  // 8 bytes a barrier: Q loaded, then each stage's full and empty.
+  const uint32_t q_full = bars, full = bars + 8, empty = bars + 8 + 8 * kStages;
+  // The work slots (after the barriers): the tile each warpgroup does next (n_work: none left).
+  volatile int64_t* work_slot = reinterpret_cast<volatile int64_t*>(smem_raw + (base - fa::smem_addr(smem_raw)) + S::bars + 64);
+  const int offset = p.seqlen_k - p.seqlen_q;
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
+    mbar_init(q_full, 1);  // the producer's arrive, with Q's bytes
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + 8 * s, 1);   // the producer's arrive (with the bytes it expects)
       mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once its wgmmas on the stage are done
@@ -124,63 +172,84 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {
-    // ---- Producer: one thread issues every copy; the others only give their registers away.
+    // ---- Producer: warp 0 runs the loop, its lane 0 issues every copy; the other three warps
+    // only give their registers away.
     set_max_registers_dec<40>();
-    if (tid == 0) {
-      const int qz = b * p.heads_q + h, kz = b * p.heads_kv + hk;
-      mbar_expect_tx(q_full, S::q_bytes);
-      for (int c = 0; c < D / kBlockCols; ++c) tma_load(q_addr + c * kRows * 128, &tq, q_full, c * kBlockCols, q0, qz);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % kStages;
-        // TODO(5): before reusing stage s (j >= kStages), wait for the consumers' release of its
-        //   previous tile, j - kStages: completion number j / kStages - 1 of empty[s].
-        mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
-        for (int c = 0; c < D / kBlockCols; ++c) {
-          tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
-          tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+    if (tid < 32) {
+      int64_t w = kPersistent ? int64_t(blockIdx.x) : blockIdx.x + gridDim.x * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+      if (tid == 0) work_slot[0] = w;
+      int64_t kv = 0;  // K/V tiles loaded so far: the ring's running count, across work tiles
+      for (int iter = 0;; ++iter) {
+        named_sync(1, kRendezvousThreads);  // both warpgroups are done with Q and know tile w
+        named_sync(2, kRendezvousThreads);
+        if (w >= n_work) break;
+        int64_t next = n_work;
+        if (tid == 0) {
+          const Tile tl = tile_of(p, w);
+          const int qz = tl.b * p.heads_q + tl.h, kz = tl.b * p.heads_kv + tl.hk;
+          mbar_expect_tx(q_full, S::q_bytes);
+          for (int c = 0; c < D / kBlockCols; ++c) tma_load(q_addr + c * kRows * 128, &tq, q_full, c * kBlockCols, tl.q0, qz);
+          for (int j = 0; j < tl.n_tiles; ++j, ++kv) {
+            const int s = int(kv % kStages);
+            // TODO(5): before reusing stage s (kv >= kStages), wait for the consumers' release of the
+            //   tile it held, kv - kStages: completion number kv / kStages - 1 of empty[s].
+            mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
+            for (int c = 0; c < D / kBlockCols; ++c) {
+              tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+              tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+            }
+          }
+          // The next work tile: the counter's next value (step 4), or none (one tile a block).
+          if (kPersistent) next = int64_t(gridDim.x) + int64_t(atomicAdd(counter, 1ull));
+          work_slot[(iter + 1) & 1] = next;
         }
+        w = __shfl_sync(0xffffffffu, next, 0);
       }
     }
     return;
   }
 
-  // ---- Consumers: warpgroup 1 owns rows 0-63 of the block, warpgroup 2 rows 64-127.
+  // ---- Consumers: warpgroup 1 owns rows 0-63 of each work tile, warpgroup 2 rows 64-127.
   set_max_registers_inc<232>();
   const int row_base = 64 * (wg - 1);
   const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const float sl2 = p.scale * fa::kLog2e;
   float o[D / 2], sacc[kKeys / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float m[2] = {fa::kNegInf, fa::kNegInf}, l[2] = {0.f, 0.f};
+  float m[2], l[2];
   uint32_t pa[kKeys / 16][4];  // P of the last softmaxed tile, packed: O's A operand
   const uint32_t q_rows = q_addr + row_base * 128;  // this warpgroup's 64 rows of every column block
+  Tile tl{};
+  // K/V tiles consumed so far, counted as the producer counts them, modulo 2 kStages: a ring
+  // slot's stage (r % kStages) and phase parity ((r / kStages) & 1) repeat with that period.
+  int kv = 0;
 
-  // S = Q K_j^T: D / 16 steps of k16 into sacc (64 x kKeys, fp32), issued and committed, not waited.
-  auto issue_s = [&](int j) {
-    const uint32_t kj = k_addr + (j % kStages) * S::kv_bytes;
+  // S = Q K^T for the key tile of ring position r: D / 16 steps of k16 into sacc (64 x kKeys, fp32),
+  // issued and committed, not waited.
+  auto issue_s = [&](int r) {
+    const uint32_t kj = k_addr + (r % kStages) * S::kv_bytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       lesson13::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk), kk > 0);
     lesson13::wgmma_commit();
   };
-  // O += P V_j: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element).
-  auto issue_pv = [&](int j) {
-    const uint32_t vj = v_addr + (j % kStages) * S::kv_bytes;
+  // O += P V: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element).
+  auto issue_pv = [&](int r) {
+    const uint32_t vj = v_addr + (r % kStages) * S::kv_bytes;
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) lesson13::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
     lesson13::wgmma_commit();
   };
-  // This warp is done with tile j's stage (its wgmmas on it have completed): one of the 8 arrivals.
-  auto release = [&](int j) {
-    if (lane == 0) mbar_arrive(empty + 8 * (j % kStages));
+  auto wait_full = [&](int r) { mbar_wait(full + 8 * (r % kStages), (r / kStages) & 1); };
+  // This warp is done with ring position r (its wgmmas on it have completed): one of the 8 arrivals.
+  auto release = [&](int r) {
+    if (lane == 0) mbar_arrive(empty + 8 * (r % kStages));
   };
-  // The mask and the online softmax (lessons 04-06, base 2) of tile j, in place: sacc becomes P
-  // (unnormalised, fp32), m and l move on, and alpha[hh] is what O's row hh must be scaled by.
+  // The mask and the online softmax (lessons 04-06, base 2) of key tile j, in place: sacc becomes
+  // P (unnormalised, fp32), m and l move on, and alpha[hh] is what O's row hh must be scaled by.
   auto softmax = [&](int j, float (&alpha)[2]) {
     // The mask, on the tiles that need it: key col is visible from row i iff col < seqlen_k and
     // (causal) col <= i + offset.
-    if (j >= n_full) {
+    if (j >= tl.n_full) {
       // TODO(6): -inf where key col is not visible from row i (lesson13::acc_element gives both).
     }
     // Each thread holds 2 rows (hh = 0: g, 1: g + 8).
@@ -214,87 +283,107 @@ __global__ void __launch_bounds__(kThreads, 1)
     // TODO(7): pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).
     for (auto& a : pa) a[0] = a[1] = a[2] = a[3] = 0;
   };
-  // Ping-pong (step 3): warpgroup 1 waits on named barrier 3, warpgroup 2 on 4; each passes the turn
-  // to the other (arrive) once its GEMMs are issued. 256 = its own 128 threads + the other's 128.
+  // Ping-pong (steps 3-4): warpgroup 1 waits on named barrier 3, warpgroup 2 on 4; each passes the
+  // turn to the other (arrive) once its GEMMs are issued. 256 = its own 128 threads + the other's 128.
   const int my_turn = 2 + wg, other_turn = 5 - wg;
   auto take_turn = [&] {
     if constexpr (kStep >= 3) named_sync(my_turn, 256);
   };
   auto pass_turn = [&](bool last) {
-    // Warpgroup 2's last phase passes nothing: warpgroup 1 has no phase left to take it.
+    // Warpgroup 2's last phase of a tile passes nothing: warpgroup 1 has no phase left to take it.
     if constexpr (kStep >= 3)
       if (!(last && wg == 2)) named_arrive(other_turn, 256);
   };
 
-  mbar_wait(q_full, 0);
-  if (n_tiles > 0) {
-    if constexpr (kStep >= 3)
-      if (wg == 2) named_arrive(other_turn, 256);  // warpgroup 1 goes first
-    float alpha[2];
-    if constexpr (kStep == 1) {
-      for (int j = 0; j < n_tiles; ++j) {
-        mbar_wait(full + 8 * (j % kStages), (j / kStages) & 1);
-        lesson13::wgmma_fence();
-        issue_s(j);
-        lesson13::wgmma_wait<0>();
-        softmax(j, alpha);
-        rescale_o(alpha);
-        pack_p();
-        lesson13::wgmma_fence();
-        issue_pv(j);
-        lesson13::wgmma_wait<0>();
-        release(j);
-      }
-    } else {
-      // Tile 0: S, then its softmax; its P V waits for the next phase.
-      mbar_wait(full, 0);
-      take_turn();
-      lesson13::wgmma_fence();
-      issue_s(0);
-      pass_turn(false);
-      lesson13::wgmma_wait<0>();
-      softmax(0, alpha);  // O is still 0: nothing to rescale
-      pack_p();
-      for (int j = 1; j < n_tiles; ++j) {
-        mbar_wait(full + 8 * (j % kStages), (j / kStages) & 1);
+  named_sync(wg, kRendezvousThreads);
+  int64_t work = work_slot[0];
+  for (int iter = 0; work < n_work; ++iter) {
+    tl = tile_of(p, work);
+    mbar_wait(q_full, iter & 1);  // Q is in
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    m[0] = m[1] = fa::kNegInf;
+    l[0] = l[1] = 0.f;
+    const int n = tl.n_tiles;
+    if (n > 0) {
+      if constexpr (kStep >= 3)
+        if (wg == 2) named_arrive(other_turn, 256);  // warpgroup 1 goes first
+      float alpha[2];
+      if constexpr (kStep == 1) {
+        for (int j = 0; j < n; ++j) {
+          wait_full(kv + j);
+          lesson13::wgmma_fence();
+          issue_s(kv + j);
+          lesson13::wgmma_wait<0>();
+          softmax(j, alpha);
+          rescale_o(alpha);
+          pack_p();
+          lesson13::wgmma_fence();
+          issue_pv(kv + j);
+          lesson13::wgmma_wait<0>();
+          release(kv + j);
+        }
+      } else {
+        // Key tile 0: S, then its softmax; its P V waits for the next phase.
+        wait_full(kv);
         take_turn();
         lesson13::wgmma_fence();
-        issue_s(j);       // S_j = Q K_j^T
-        issue_pv(j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
+        issue_s(kv);
         pass_turn(false);
-        lesson13::wgmma_wait<1>();  // S_j is done; P V may still run
-        softmax(j, alpha);          // ... under it: this is the overlap
-        lesson13::wgmma_wait<0>();  // P V done: O may change, stage j - 1 is free
-        release(j - 1);
-        rescale_o(alpha);
+        lesson13::wgmma_wait<0>();
+        softmax(0, alpha);  // O is still 0: nothing to rescale
         pack_p();
+        for (int j = 1; j < n; ++j) {
+          wait_full(kv + j);
+          take_turn();
+          lesson13::wgmma_fence();
+          issue_s(kv + j);       // S_j = Q K_j^T
+          issue_pv(kv + j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
+          pass_turn(false);
+          lesson13::wgmma_wait<1>();  // S_j is done; P V may still run
+          softmax(j, alpha);          // ... under it: this is the overlap
+          lesson13::wgmma_wait<0>();  // P V done: O may change, stage of j - 1 is free
+          release(kv + j - 1);
+          rescale_o(alpha);
+          pack_p();
+        }
       }
-      take_turn();
-      lesson13::wgmma_fence();
-      issue_pv(n_tiles - 1);
-      pass_turn(true);
-      lesson13::wgmma_wait<0>();
-      release(n_tiles - 1);
     }
-  }
-
-  // O / l and the LSE (natural log), O = 0 and LSE = +inf for rows that see no key.
-  T* obase = static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head;
-  const int64_t bh = int64_t(b) * p.heads_q + h;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = fa::group_sum<4>(l[hh]);
-    const int row = q0 + row_base + 16 * w + g + 8 * hh;
-    if (row >= p.seqlen_q) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* orow = obase + int64_t(row) * p.o_stride.row;
-#pragma unroll
-    for (int i = 0; i < D / 2; i += 2)
-      if ((i / 2) % 2 == hh) {
-        const lesson13::RowCol rc = lesson13::acc_element(tid, i);
-        *reinterpret_cast<uint32_t*>(orow + rc.col) = fa::pack2<T>(o[i] * inv, o[i + 1] * inv);
+    // Every Q K^T of this work tile is done: meet the producer (Q's buffer may take the next
+    // tile's rows) and learn the next tile.
+    named_sync(wg, kRendezvousThreads);
+    const int64_t next = work_slot[(iter + 1) & 1];
+    if constexpr (kStep >= 2) {
+      if (n > 0) {
+        take_turn();
+        lesson13::wgmma_fence();
+        issue_pv(kv + n - 1);
+        pass_turn(true);
+        lesson13::wgmma_wait<0>();
+        release(kv + n - 1);
       }
-    if (t == 0) p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
+    }
+    kv = (kv + n) % (2 * kStages);
+
+    // O / l and the LSE (natural log), O = 0 and LSE = +inf for rows that see no key.
+    T* obase = static_cast<T*>(p.o) + tl.b * p.o_stride.batch + tl.h * p.o_stride.head;
+    const int64_t bh = int64_t(tl.b) * p.heads_q + tl.h;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = fa::group_sum<4>(l[hh]);
+      const int row = tl.q0 + row_base + 16 * w + g + 8 * hh;
+      if (row >= p.seqlen_q) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* orow = obase + int64_t(row) * p.o_stride.row;
+#pragma unroll
+      for (int i = 0; i < D / 2; i += 2)
+        if ((i / 2) % 2 == hh) {
+          const lesson13::RowCol rc = lesson13::acc_element(tid, i);
+          *reinterpret_cast<uint32_t*>(orow + rc.col) = fa::pack2<T>(o[i] * inv, o[i + 1] * inv);
+        }
+      if (t == 0) p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
+    }
+    work = next;
   }
 }
 
@@ -333,7 +422,7 @@ CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, in
 }
 
 template <class T, int D, int kStep>
-void launch(const fa::AttnParams& p, cudaStream_t stream) {
+void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t stream) {
   constexpr int smem = Smem<D, stages_of(kStep)>::total;
   static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
   auto kernel = hopper_kernel<T, D, kStep>;
@@ -345,44 +434,74 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
   const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
   const CUtensorMap tk = make_map(p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = make_map(p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
-  const dim3 grid(fa::ceil_div(p.seqlen_q, kRows), p.heads_q, p.batch);
-  kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv);
-  FA_CHECK_LAUNCH();
+  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
+  const int64_t n_work = int64_t(n_qtiles) * p.heads_q * p.batch;
+  if constexpr (kStep < 4) {
+    const dim3 grid(n_qtiles, p.heads_q, p.batch);
+    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, nullptr);
+    FA_CHECK_LAUNCH();
+  } else {
+    // One block per SM (one fits: shared memory and registers), each looping over work tiles;
+    // the counter hands out the tiles after the first gridDim.x, so it starts at zero.
+    const int blocks = int(std::min<int64_t>(n_work, max_blocks > 0 ? max_blocks : sm_count));
+    unsigned long long* counter = nullptr;
+    FA_CUDA_CHECK(cudaMallocAsync(&counter, sizeof(*counter), stream));
+    FA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(*counter), stream));
+    kernel<<<blocks, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, counter);
+    FA_CHECK_LAUNCH();
+    FA_CUDA_CHECK(cudaFreeAsync(counter, stream));
+  }
 }
 
-void forward(const fa::AttnParams& p, cudaStream_t stream) {
+// The one path of forward() and of the tests: step `step` of the schedule, the persistent grid
+// (step 4) capped at max_blocks blocks (0: one per SM).
+void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);
   fa::throw_if_todos_left("13_hopper", kTodosLeft);
+  if (step < 1 || step > 4) throw fa::InvalidArgument("lesson 13_hopper: the schedule has steps 1 to 4, not " + std::to_string(step));
+  if (max_blocks < 0) throw fa::InvalidArgument("lesson 13_hopper: max_blocks must be >= 0 (0: one block per SM)");
   if (p.heads_q > 65535 || p.batch > 65535)
     throw fa::InvalidArgument("lesson 13_hopper: heads_q and batch must be at most 65535 (grid y, z)");
-  int dev = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0)  // wgmma and setmaxnreg exist on sm_90a alone
-    throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(major) +
-                    std::to_string(minor));
-  // FA_LESSON13_STEP=1|2|3 runs an earlier step of the schedule (the README's step table).
-  int step = kDefaultStep;
-  if (const char* e = std::getenv("FA_LESSON13_STEP")) {
-    const std::string v = e;
-    if (v != "1" && v != "2" && v != "3") throw fa::InvalidArgument("lesson 13_hopper: FA_LESSON13_STEP must be 1, 2 or 3, not '" + v + "'");
-    step = v[0] - '0';
-  }
+  if (int64_t(p.batch) * p.heads_q > INT32_MAX)  // TMA's coordinates are 32-bit
+    throw fa::InvalidArgument("lesson 13_hopper: batch * heads_q must be below 2^31");
+  const fa::DeviceInfo& dev = fa::current_device();
+  if (dev.sm != 90)  // wgmma and setmaxnreg exist on sm_90a alone
+    throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(dev.sm));
   auto go = [&](auto step_tag) {
     constexpr int kStep = decltype(step_tag)::value;
     if (p.head_dim == 64) {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep>(p, stream)));
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep>(p, dev.sm_count, max_blocks, stream)));
     } else {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep>(p, stream)));
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep>(p, dev.sm_count, max_blocks, stream)));
     }
   };
-  if (step == 1) go(std::integral_constant<int, 1>{});
-  else if (step == 2) go(std::integral_constant<int, 2>{});
-  else go(std::integral_constant<int, 3>{});
+  switch (step) {
+    case 1: go(std::integral_constant<int, 1>{}); break;
+    case 2: go(std::integral_constant<int, 2>{}); break;
+    case 3: go(std::integral_constant<int, 3>{}); break;
+    default: go(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+void forward(const fa::AttnParams& p, cudaStream_t stream) {
+  // FA_LESSON13_STEP=1|2|3|4 runs that step of the schedule (the README's step table).
+  int step = kDefaultStep;
+  if (const char* e = std::getenv("FA_LESSON13_STEP")) {
+    const std::string v = e;
+    if (v != "1" && v != "2" && v != "3" && v != "4")
+      throw fa::InvalidArgument("lesson 13_hopper: FA_LESSON13_STEP must be 1, 2, 3 or 4, not '" + v + "'");
+    step = v[0] - '0';
+  }
+  run_step(p, step, 0, stream);
 }
 
 }  // namespace
+
+// Runs one step of the schedule, the persistent grid capped at max_blocks blocks (0: one per SM):
+// the lesson's GPU tests run every step, and step 4 with blocks that take many work tiles each.
+void fa_lesson13_forward_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream) {
+  run_step(p, step, max_blocks, stream);
+}
 
 const fa::LessonInfo& fa_lesson_13() {
   static const fa::LessonInfo info = [] {

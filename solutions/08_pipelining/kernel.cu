@@ -278,14 +278,6 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
   ((index == kIndex ? launch_config<T, kIndex>(p, stream) : void()), ...);
 }
 
-int device_sm() {
-  int dev = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
-
 // Runs configuration `index` of kConfigs: the one path of forward() and of the tests.
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
@@ -303,7 +295,7 @@ void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   // FA_LESSON08_CONFIG=<index into kConfigs> overrides the choice (lessons/08_pipelining/tune.sh).
   const char* forced = std::getenv("FA_LESSON08_CONFIG");
-  run_config(p, forced ? std::atoi(forced) : lesson08::config_for(device_sm(), p.head_dim), stream);
+  run_config(p, forced ? std::atoi(forced) : lesson08::config_for(fa::current_device().sm, p.head_dim), stream);
 }
 
 }  // namespace

@@ -467,14 +467,6 @@ void rotate_then_attend(const fa::AttnParams& p, int index, cudaStream_t stream)
   launch_index<T, false>(r, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{});
 }
 
-int device_sm() {
-  int dev = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
-
 enum class Path { kFused, kOutside };
 
 // The one path of forward() and of the tests: without tables, plain attention; with them, RoPE
@@ -486,7 +478,7 @@ void run_path(const fa::AttnParams& p, Path path, cudaStream_t stream, int force
   if (p.batch * p.heads_q > 65535)
     throw fa::InvalidArgument("lesson 09_rope_fusion: batch * heads_q must be at most 65535 (grid y), got " +
                               std::to_string(p.batch * p.heads_q));
-  const int index = forced_config >= 0 ? forced_config : lesson08::config_for(device_sm(), p.head_dim);
+  const int index = forced_config >= 0 ? forced_config : lesson08::config_for(fa::current_device().sm, p.head_dim);
   if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 09_rope_fusion: lesson 08's tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
