@@ -89,15 +89,17 @@ __device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnr
 template <int kRegs>
 __device__ __forceinline__ void set_max_registers_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 // Named barriers (ids 1-15; __syncthreads uses 0): wait until `count` threads arrived, or arrive only.
-// A warp takes part as a whole, all 32 threads at the same instruction: __syncwarp() first
-// reconverges a warp whose threads went separate ways (a spin on an mbarrier, a lane-0 branch).
+// The threads of one barrier meet it at different instructions (the producer's loop, a consumer's
+// phases), so these are the unaligned forms (bar.sync is barrier.sync.aligned, which promises one
+// instruction for all). A warp still takes part as a whole: __syncwarp() first reconverges a warp
+// whose threads went separate ways (a spin on an mbarrier, a lane-0 branch).
 __device__ __forceinline__ void named_sync(int id, int count) {
   __syncwarp();
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void named_arrive(int id, int count) {
   __syncwarp();
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // ---- Work tiles ------------------------------------------------------------------------------------
