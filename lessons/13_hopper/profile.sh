@@ -16,7 +16,7 @@ metrics=$metrics,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct
 shape="--seqlens 4096 --head-dims 128 --causal 0,1"
 echo "== lesson 08 (mma.sync)"
 "$root/tools/ncu-profile.sh" lesson13_vs_08 "$metrics" "pipelined_kernel" --lessons 08 $shape
-for step in 1 2 3; do
+for step in 1 2 3 4; do
   echo "== lesson 13, step $step"
   FA_LESSON13_STEP=$step "$root/tools/ncu-profile.sh" lesson13_step$step "$metrics" "hopper_kernel" --lessons 13 $shape
 done
