@@ -901,7 +901,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       loop = make_int4(blk.n_tiles, blk.n_full, blk.s.len_k, blk.tile * kRows + blk.offset);
       gh_at = gate_index(p, blk.s, h);
       if (kGate)
-        anchor_s = blk.s.len_k > 0 ? G[gate_index(p, blk.s, h) + lesson12::gate_anchor(blk.tile * kRows, blk.s.len_q, blk.s.len_k)] : 0.0;
+        anchor_s = blk.s.len_k > 0 ? G[gh_at + lesson12::gate_anchor(blk.tile * kRows, blk.s.len_q, blk.s.len_k)] : 0.0;
     }
   }
   __syncthreads();
@@ -910,16 +910,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   auto q0 = [&] { return fresh(blk.tile) * kRows; };
   auto offset = [&] { return fresh(blk.offset); };
   auto len_k = [&] { return fresh(blk.s.len_k); };
-  auto kbase = [&] { return static_cast<const T*>(p.k) + fresh(kv_at[0]); };
-  auto vbase = [&] { return static_cast<const T*>(p.v) + fresh(kv_at[1]); };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + q_offset(p.q_stride, s, h), p.q_stride.row, q0(), s.len_q);
   load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h), p.do_stride.row, q0(),
                                 s.len_q);
   if (fresh(blk.n_tiles) > 0) {
-    load_tile<kThreads, kKeys, D>(sK, kbase(), p.k_stride.row, 0, len_k());
-    load_tile<kThreads, kKeys, D>(sV, vbase(), p.v_stride.row, 0, len_k());
+    const longlong2 kv = fresh_pair(kv_at);
+    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, 0, len_k());
+    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, 0, len_k());
   }
   fa::cp_async_commit();
 
