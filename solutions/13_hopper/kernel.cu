@@ -49,13 +49,16 @@ const fa::TodoList kTodosLeft = {
 // persistent grid: one block per SM loops over work tiles, taken from a counter in global memory,
 // and its producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
 constexpr int kDefaultStep = 4;
-__host__ __device__ constexpr int stages_of(int step) { return step == 1 ? 2 : 3; }  // K/V tiles in flight
+// K/V tiles in flight: step 1 double-buffers; steps 2-4 keep 3 at d = 128 (all that fits beside Q:
+// 32 KB + 3 x 64 KB) and 4 at d = 64, the fastest of 2-5 in the README's tile sweep (section 8).
+__host__ __device__ constexpr int stages_of(int step, int d) { return step == 1 ? 2 : d == 64 ? 4 : 3; }
 
 template <int D, int kStages>
 struct Smem {
   static constexpr int q_bytes = kRows * D * 2, kv_bytes = kKeys * D * 2;
   static constexpr int q = 0, k = q_bytes, v = k + kStages * kv_bytes, bars = v + kStages * kv_bytes;
-  static constexpr int total = bars + 128 + 1024;  // barriers and the work slots, slack to align the base
+  static constexpr int slots = bars + 8 * (1 + 2 * kStages);  // after the barriers: the two work slots
+  static constexpr int total = slots + 16 + 1024;              // and slack to align the base
 };
 
 // ---- mbarrier and TMA, one PTX instruction each --------------------------------------------------
@@ -146,7 +149,7 @@ template <class T, int D, int kStep>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                   const __grid_constant__ CUtensorMap tv, int64_t n_work, unsigned long long* counter) {
-  constexpr int kStages = stages_of(kStep);
+  constexpr int kStages = stages_of(kStep, D);
   constexpr bool kPersistent = kStep >= 4;
   using S = Smem<D, kStages>;
   extern __shared__ uint8_t smem_raw[];
@@ -156,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 8 bytes a barrier: Q loaded, then each stage's full and empty.
   const uint32_t q_full = bars, full = bars + 8, empty = bars + 8 + 8 * kStages;
   // The work slots (after the barriers): the tile each warpgroup does next (n_work: none left).
-  volatile int64_t* work_slot = reinterpret_cast<volatile int64_t*>(smem_raw + (base - fa::smem_addr(smem_raw)) + S::bars + 64);
+  volatile int64_t* work_slot = reinterpret_cast<volatile int64_t*>(smem_raw + (base - fa::smem_addr(smem_raw)) + S::slots);
   const int offset = p.seqlen_k - p.seqlen_q;
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -441,7 +444,7 @@ CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, in
 
 template <class T, int D, int kStep>
 void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t stream) {
-  constexpr int smem = Smem<D, stages_of(kStep)>::total;
+  constexpr int smem = Smem<D, stages_of(kStep, D)>::total;
   static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
   auto kernel = hopper_kernel<T, D, kStep>;
   static bool configured = false;
