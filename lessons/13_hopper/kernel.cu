@@ -90,11 +90,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, u
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
-// A hint: start copying a box of the tensor into L2 (no shared memory, no barrier).
-__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
 template <int kRegs>
 __device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
@@ -209,15 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
             }
           }
-          // The next work tile: the counter's next value (step 4), or none (one tile a block). Its
-          // Q, read from DRAM once, goes to L2 now, while this tile's last key tiles run.
-          if (kPersistent) {
-            next = int64_t(gridDim.x) + int64_t(atomicAdd(counter, 1ull));
-            if (next < n_work) {
-              const Tile nt = tile_of(p, next);
-              for (int c = 0; c < D / kBlockCols; ++c) tma_prefetch_l2(&tq, c * kBlockCols, nt.q0, nt.b * p.heads_q + nt.h);
-            }
-          }
+          // The next work tile: the counter's next value (step 4), or none (one tile a block).
+          if (kPersistent) next = int64_t(gridDim.x) + int64_t(atomicAdd(counter, 1ull));
           work_slot[(iter + 1) & 1] = next;
         }
         w = __shfl_sync(0xffffffffu, next, 0);
