@@ -235,20 +235,30 @@ Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>
 
 SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::vector<double>& dout,
                                const std::vector<double>& o, const std::vector<double>& lse,
-                               const std::vector<int>& q_rows, const std::vector<int>& k_rows) {
+                               const std::vector<int>& q_rows, const std::vector<int>& k_rows, int dg_last) {
   p.check();
-  if (p.varlen() || p.batch != 1 || p.heads_q != 1 || p.heads_kv != 1 || p.rope_base > 0 || p.gate)
-    throw std::invalid_argument("reference: backward_rows takes one dense head without RoPE or gate");
+  if (p.varlen() || p.batch != 1 || p.heads_q != 1 || p.heads_kv != 1 || p.rope_base > 0)
+    throw std::invalid_argument("reference: backward_rows takes one dense head without RoPE");
   const int lq = p.seqlen_q, lk = p.seqlen_k, D = p.head_dim;
+  if (p.gate && in.g.size() != size_t(lk)) throw std::invalid_argument("reference: backward_rows needs the head's g (seqlen_k values)");
+  if (dg_last < 0 || dg_last > lk || (dg_last > 0 && !p.gate))
+    throw std::invalid_argument("reference: dg_last must be in [0, seqlen_k], and needs the gate");
   const double scale = p.softmax_scale();
   auto mat = [&](const std::vector<double>& t, int rows) { return Eigen::Map<const Mat>(t.data(), rows, D); };
   const auto q = mat(in.q, lq), k = mat(in.k, lk), v = mat(in.v, lk), dO = mat(dout, lq), O = mat(o, lq);
   const Vec delta = (dO.array() * O.array()).rowwise().sum();
+  Vec G = Vec::Zero(lk);  // the gate's G = cumsum(g), as load_head computes it
+  if (p.gate) {
+    double acc = 0;
+    for (int j = 0; j < lk; ++j) G(j) = (acc += in.g[j]);
+  }
   // dS_ij = P_ij (dO_i . v_j - D_i), with P from the saved LSE (0 when masked or LSE = +inf).
   auto ds = [&](int i, int j, double* prob) {
     *prob = 0;
     if ((p.causal && !visible(i, j, lq, lk)) || std::isinf(lse[i])) return 0.0;
-    *prob = std::exp(scale * q.row(i).dot(k.row(j)) - lse[i]);
+    double s = scale * q.row(i).dot(k.row(j));
+    if (p.gate) s += G(i + lk - lq) - G(j);  // visible under the causal mask: i + lk - lq >= j >= 0
+    *prob = std::exp(s - lse[i]);
     return *prob * (dO.row(i).dot(v.row(j)) - delta(i));
   };
   SampledGradients g;
@@ -268,6 +278,34 @@ SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::ve
     }
     for (int d = 0; d < D; ++d) g.dk.push_back(scale * ak(d));
     for (int d = 0; d < D; ++d) g.dv.push_back(av(d));
+  }
+  if (dg_last > 0) {
+    // dG_t = rowsum(dS of the query at key position t) - colsum(dS of key t), dg_t = sum of dG_t'
+    // over t' >= t (backward). Positions t >= t0 = lk - dg_last involve the query rows at
+    // positions >= t0 only: rows i >= t0 - (lk - lq) (a key column j >= t0 is visible to those alone).
+    const int t0 = lk - dg_last, i0 = std::max(0, t0 - (lk - lq));
+    Vec rows = Vec::Zero(lq), rows_terms = Vec::Zero(lq), cols = Vec::Zero(lk), cols_terms = Vec::Zero(lk);
+    for (int i = i0; i < lq; ++i)
+      for (int j = 0; j < lk; ++j) {
+        double prob;
+        const double s = ds(i, j, &prob);
+        rows(i) += s;
+        rows_terms(i) += std::fabs(s);
+        if (j >= t0) {
+          cols(j) += s;
+          cols_terms(j) += std::fabs(s);
+        }
+      }
+    g.dg.resize(dg_last);
+    g.dg_terms.resize(dg_last);
+    double acc = 0, terms = 0;
+    for (int t = lk - 1; t >= t0; --t) {
+      const int i = t - (lk - lq);  // the query at key position t, if any
+      acc += (i >= 0 && i < lq ? rows(i) : 0.0) - cols(t);
+      terms += (i >= 0 && i < lq ? rows_terms(i) : 0.0) + cols_terms(t);
+      g.dg[t - t0] = acc;
+      g.dg_terms[t - t0] = terms;
+    }
   }
   return g;
 }

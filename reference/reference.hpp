@@ -55,16 +55,24 @@ struct Gradients {
 // Gradients of L = sum(dout * O) with respect to q, k, v and g.
 Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>& dout);
 
-// Gradients of sampled rows of one dense head (batch = heads_q = heads_kv = 1, no RoPE or gate)
-// from the forward's saved outputs, the way a backward kernel uses them: P_ij = exp(s_ij - lse_i)
-// and D_i = dout_i . o_i with the given o and lse. dq for query rows q_rows, dk and dv for key rows
+// Gradients of sampled rows of one dense head (batch = heads_q = heads_kv = 1, no RoPE) from the
+// forward's saved outputs, the way a backward kernel uses them: P_ij = exp(s_ij - lse_i) and
+// D_i = dout_i . o_i with the given o and lse. dq for query rows q_rows, dk and dv for key rows
 // k_rows, (rows, head_dim) each. O(N head_dim) per row: fa-bench checks 16k-long problems with it.
+// With Problem::gate, in.g is the head's g (seqlen_k values) and s_ij includes G_p(i) - G_j, and
+// dg holds the gradient of g at the last `dg_last` key positions (ascending). Only the last ones
+// are cheap: dg_t sums dS over the pairs whose query sits at a key position >= t or whose key is
+// >= t, and under the causal mask all of them lie in the last dg_last query rows, so they cost
+// O(dg_last N head_dim); a position in the middle would cost O(N^2 head_dim). dg cancels (the row
+// sums of dS are about 0), so its rounding error scales with its terms, not with dg: dg_terms
+// holds, for each position, the sum of |dS_ij| over the terms dg sums.
 struct SampledGradients {
   std::vector<double> dq, dk, dv;
+  std::vector<double> dg, dg_terms;  // with the gate: dg_last positions each
 };
 SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::vector<double>& dout,
                                const std::vector<double>& o, const std::vector<double>& lse,
-                               const std::vector<int>& q_rows, const std::vector<int>& k_rows);
+                               const std::vector<int>& q_rows, const std::vector<int>& k_rows, int dg_last = 0);
 
 // Is key j visible to query i? Bottom-right aligned: j <= i + (seqlen_k - seqlen_q).
 inline bool visible(int i, int j, int seqlen_q, int seqlen_k) { return j <= i + (seqlen_k - seqlen_q); }

@@ -38,6 +38,18 @@ Tolerance gradient_tolerance(DType t, double ref_max_abs) {
                            : "bf16 gradient: P and dS rounded to 16 bits + output rounding; atol 4u max|ref|, rtol 2u (u = 2^-8)"};
 }
 
+Tolerance gradient_terms_tolerance(DType t) {
+  return {t == DType::kF16 ? 0x1p-25 : 0.0, 2 * gradient_unit(t),
+          t == DType::kF16 ? "fp16 gradient: atol_e = 4u mag_e (the sizes of its terms) + 2^-25, rtol 2u, u = 2^-11"
+                           : "bf16 gradient: atol_e = 4u mag_e (the sizes of its terms), rtol 2u, u = 2^-8"};
+}
+
+std::vector<double> terms_atol(DType t, const std::vector<double>& mag) {
+  std::vector<double> atol(mag.size());
+  for (size_t i = 0; i < mag.size(); ++i) atol[i] = 4 * gradient_unit(t) * mag[i];
+  return atol;
+}
+
 CompareReport compare(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
                       const Tolerance& tol, const std::vector<int>& dims, const std::vector<std::string>& dim_names,
                       const std::vector<double>* atol_each) {

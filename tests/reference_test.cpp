@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "fa/random.hpp"
@@ -385,6 +386,56 @@ TEST_CASE("reference: sampled rows equal the full result") {
       for (int d = 0; d < 16; ++d)
         CHECK(part.o[(bh * rows.size() + r) * 16 + d] == full.o[(size_t(bh) * 40 + rows[r]) * 16 + d]);
     }
+}
+
+TEST_CASE("reference: sampled gradients equal the full backward, with and without the gate") {
+  // backward_rows (fa-bench's check of 16k-long problems) against backward on one head: dq, dk and
+  // dv at sampled rows; with the gate, dg at the last positions too, from the full forward's O and
+  // LSE. seqlen_q < seqlen_k, equal, and > (its first rows see no key).
+  for (const std::pair<int, int>& lengths : std::vector<std::pair<int, int>>{{30, 37}, {37, 37}, {37, 30}})
+    for (bool gate : {false, true}) {
+      const int sq = lengths.first, sk = lengths.second;
+      Problem p = small(sq, sk, true);
+      p.batch = p.heads_q = p.heads_kv = 1;
+      p.head_dim = 8;
+      p.gate = gate;
+      CAPTURE(sq);
+      CAPTURE(sk);
+      CAPTURE(gate);
+      const fa::ref::Inputs in = random_inputs(p, 81);
+      fa::Rng rng(82);
+      std::vector<double> dout(size_t(sq) * p.head_dim);
+      for (double& x : dout) x = rng.normal();
+      const fa::ref::Forward f = fa::ref::forward(p, in);
+      const fa::ref::Gradients want = fa::ref::backward(p, in, dout);
+      const std::vector<int> qrows = {0, 5, sq - 1}, krows = {0, 11, sk - 1};
+      const int last = gate ? 9 : 0;
+      const fa::ref::SampledGradients got = fa::ref::backward_rows(p, in, dout, f.o, f.lse, qrows, krows, last);
+      const int D = p.head_dim;
+      auto rows_of = [&](const std::vector<double>& full, const std::vector<int>& rows) {
+        std::vector<double> out;
+        for (int r : rows)
+          for (int d = 0; d < D; ++d) out.push_back(full[size_t(r) * D + d]);
+        return out;
+      };
+      CHECK(max_abs_diff(got.dq, rows_of(want.dq, qrows)) < 1e-12);
+      CHECK(max_abs_diff(got.dk, rows_of(want.dk, krows)) < 1e-12);
+      CHECK(max_abs_diff(got.dv, rows_of(want.dv, krows)) < 1e-12);
+      REQUIRE(got.dg.size() == size_t(last));
+      REQUIRE(got.dg_terms.size() == size_t(last));
+      for (int e = 0; e < last; ++e) {
+        CHECK(got.dg[e] == doctest::Approx(want.dg[sk - last + e]).epsilon(1e-10).scale(1e-12));
+        // The sizes of the terms bound the sum, and they are not all 0.
+        CHECK(got.dg_terms[e] >= std::fabs(got.dg[e]));
+        CHECK(got.dg_terms[e] > 0);
+      }
+    }
+  Problem p = small(5, 5, true);
+  p.batch = p.heads_q = p.heads_kv = 1;
+  const fa::ref::Inputs in = random_inputs(p, 83);
+  const std::vector<double> zeros(5 * 4, 0.0), lse(5, 0.0);
+  CHECK_THROWS_WITH_AS(fa::ref::backward_rows(p, in, zeros, zeros, lse, {}, {}, 2), doctest::Contains("needs the gate"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("reference: visible pairs count the FLOPs") {

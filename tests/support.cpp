@@ -644,12 +644,8 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 bool check_gradient(const Case& c, const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
                     const std::vector<double>& naive, const std::vector<double>& mag, const Shape& shape, std::string& text) {
   const double u = gradient_unit(c.dtype);
-  std::vector<double> atol(mag.size());
-  for (size_t i = 0; i < mag.size(); ++i) atol[i] = 4 * u * mag[i];
-  const Tolerance tol{c.dtype == DType::kF16 ? 0x1p-25 : 0.0, 2 * u,
-                      c.dtype == DType::kF16 ? "fp16 gradient: atol_e = 4u mag_e (the sizes of its terms) + 2^-25, rtol 2u, u = 2^-11"
-                                             : "bf16 gradient: atol_e = 4u mag_e (the sizes of its terms), rtol 2u, u = 2^-8"};
-  const CompareReport r = compare(what, got, want, tol, shape.dims, shape.names, &atol);
+  const std::vector<double> atol = terms_atol(c.dtype, mag);
+  const CompareReport r = compare(what, got, want, gradient_terms_tolerance(c.dtype), shape.dims, shape.names, &atol);
   double err2 = 0, nerr2 = 0, ref2 = 0, mag2 = 0, dot = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::isnan(got[i]) ? INFINITY : got[i] - want[i];

@@ -3,7 +3,7 @@
 //   fa-bench [--lessons 01,04|all] [--seqlens 512,1024,...] [--head-dims 64,128] [--causal 0,1]
 //            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20]
 //            [--csv FILE] [--tour] [--once] [--rope] [--label NAME] [--bwd] [--deterministic]
-//            [--gqa G] [--varlen L1,L2,... [--padded]]
+//            [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]
 //
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
@@ -15,18 +15,26 @@
 // validated but not timed (for profilers: one kernel launch per case). --rope adds RoPE (fp32
 // tables from fa::rope_tables) to every case and runs only the lessons that support it; its FLOPs
 // are still the attention's (the rotation's few FLOPs per element are not counted). --label names
-// the rows in place of the lesson id (lesson 09's experiment times one lesson two ways). --bwd times
-// the backward of the lessons that have one (10 on): O and the LSE come from lesson 08's forward,
-// dO is random; every element of dQ, dK and dV must be written (they are poisoned first), sampled
-// rows of two heads are checked against the fp64 gradients computed from the same O and LSE
-// (ref::backward_rows), and TFLOP/s count 2.5x the forward's FLOPs. --deterministic sets the
-// backward's deterministic mode. --gqa G gives G query heads to each K/V head (heads_kv = heads / G;
-// lessons without GQA are skipped). --varlen L1,L2,... runs one packed batch of those sequence
-// lengths (cu_seqlens; seqlen_q = seqlen_k per sequence; --seqlens and --tokens are ignored) on the
-// lessons with varlen; with --padded, the same batch padded to its longest sequence on the dense
-// path of every lesson (causal only: there padding is exact on the real rows). Both count
-// TFLOP/s from the visible pairs of the real sequences, so their ratio is the inverse ratio of the
-// times. --gqa and --varlen are forward only. Exit 1 if any case is wrong.
+// the rows in place of the lesson id (lesson 09's experiment times one lesson two ways). --bwd
+// times the backward of the lessons that have one (10 on): O and the LSE come from lesson 08's
+// forward (with --gqa, --varlen or --gate, from the lesson's own forward when it has one, as lesson
+// 12 does: lesson 08 has no varlen and no gate), dO is random; every element of dQ, dK and dV (and
+// dg) must be written (they are poisoned first), sampled rows of two heads are checked against the
+// fp64 gradients computed from the same O and LSE (ref::backward_rows; dK and dV of a K/V head sum
+// its group's query heads; dg at the last 16 key positions of the sequence, within 4u of the sum of
+// its terms' sizes, since it cancels), and TFLOP/s count 2.5x the forward's FLOPs. --deterministic
+// sets the backward's deterministic mode. --gqa G gives G query heads to each K/V head (heads_kv =
+// heads / G; lessons without GQA are skipped). --varlen L1,L2,... runs one packed batch of those
+// sequence lengths (cu_seqlens; seqlen_q = seqlen_k per sequence; --seqlens and --tokens are
+// ignored) on the lessons with varlen; with --padded, the same batch padded to its longest sequence
+// on the dense path of every lesson (causal only: there padding is exact on the real rows; forward
+// only: the padded rows' dO would reach the real keys' gradients). Both count TFLOP/s from the
+// visible pairs of the real sequences, so their ratio is the inverse ratio of the times. --gate
+// adds the log-decay gate g (fp32, (batch, heads, seqlen), or (heads, total) packed) to the lessons
+// that have one (the others are skipped), causal cases only (the gate is defined for causal
+// attention; the non-causal rows say so): g = log sigmoid(x), x uniform in [2.25, 4.6], so g lies
+// in [-0.1, -0.01], a key's weight falling by 1-10% a token; its FLOPs are not counted (a few per
+// score). Exit 1 if any case is wrong.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -58,9 +66,22 @@ std::vector<std::string> split(const std::string& s) {
     if (!x.empty()) out.push_back(x);
   return out;
 }
-std::vector<int> ints(const std::string& s) {
+// The whole number `x` given to option `opt`; a clear error for anything else ("4k", "", "1.5").
+int to_int(const std::string& opt, const std::string& x) {
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(x, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != x.size()) throw std::invalid_argument(opt + " takes whole numbers, got '" + x + "'");
+  return n;
+}
+std::vector<int> ints(const std::string& opt, const std::string& s) {
   std::vector<int> v;
-  for (const auto& x : split(s)) v.push_back(std::stoi(x));
+  for (const auto& x : split(s)) v.push_back(to_int(opt, x));
+  if (v.empty()) throw std::invalid_argument(opt + " needs at least one number");
   return v;
 }
 
@@ -101,6 +122,7 @@ struct Options {
   int gqa = 1;               // query heads per K/V head
   std::vector<int> varlen;   // one packed batch of these lengths; empty: dense batches
   bool padded = false;       // the varlen batch padded to its longest sequence, on the dense path
+  bool gate = false;         // the log-decay gate g
 };
 
 Options parse(int argc, char** argv) {
@@ -112,19 +134,28 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--lessons") o.lessons = split(value());
-    else if (a == "--seqlens") o.seqlens = ints(value());
-    else if (a == "--head-dims") o.head_dims = ints(value());
-    else if (a == "--causal") o.causal = ints(value());
+    else if (a == "--seqlens") o.seqlens = ints(a, value());
+    else if (a == "--head-dims") o.head_dims = ints(a, value());
+    else if (a == "--causal") o.causal = ints(a, value());
     else if (a == "--dtypes") {
       o.dtypes.clear();
       for (const auto& t : split(value())) {
         if (t != "fp16" && t != "bf16") throw std::invalid_argument("--dtypes takes fp16 and/or bf16, got " + t);
         o.dtypes.push_back(t == "fp16" ? fa::DType::kF16 : fa::DType::kBF16);
       }
-    } else if (a == "--tokens") o.tokens = std::stoi(value());
-    else if (a == "--width") o.width = std::stoi(value());
-    else if (a == "--reps") o.reps = std::stoi(value());
-    else if (a == "--max-seconds") o.max_seconds = std::stod(value());
+    } else if (a == "--tokens") o.tokens = to_int(a, value());
+    else if (a == "--width") o.width = to_int(a, value());
+    else if (a == "--reps") o.reps = to_int(a, value());
+    else if (a == "--max-seconds") {
+      const std::string x = value();
+      size_t used = 0;
+      try {
+        o.max_seconds = std::stod(x, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != x.size()) throw std::invalid_argument("--max-seconds takes a number of seconds, got '" + x + "'");
+    }
     else if (a == "--csv") o.csv = value();
     else if (a == "--tour") o.tour = true;
     else if (a == "--once") o.once = true;
@@ -132,22 +163,25 @@ Options parse(int argc, char** argv) {
     else if (a == "--label") o.label = value();
     else if (a == "--bwd") o.bwd = true;
     else if (a == "--deterministic") o.deterministic = true;
-    else if (a == "--gqa") o.gqa = std::stoi(value());
-    else if (a == "--varlen") o.varlen = ints(value());
+    else if (a == "--gqa") o.gqa = to_int(a, value());
+    else if (a == "--varlen") o.varlen = ints(a, value());
     else if (a == "--padded") o.padded = true;
+    else if (a == "--gate") o.gate = true;
     else if (a == "--help" || a == "-h") {
       std::printf("usage: fa-bench [--lessons 01,04|all] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]\n"
                   "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--csv FILE] [--tour] [--once]\n"
-                  "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]]\n");
+                  "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]\n");
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + a + " (try --help)");
   }
+  for (int c : o.causal)
+    if (c != 0 && c != 1) throw std::invalid_argument("--causal takes 0 and/or 1, got " + std::to_string(c));
   if (o.gqa < 1) throw std::invalid_argument("--gqa takes a number of query heads per K/V head >= 1");
   for (int len : o.varlen)
     if (len < 1) throw std::invalid_argument("--varlen takes sequence lengths >= 1, got " + std::to_string(len));
   if (o.padded && o.varlen.empty()) throw std::invalid_argument("--padded pads a --varlen batch: give --varlen too");
-  if (o.bwd && (o.gqa > 1 || !o.varlen.empty()))
-    throw std::invalid_argument("--gqa and --varlen time the forward only (the backward's are timed on dense MHA)");
+  if (o.bwd && o.padded)
+    throw std::invalid_argument("--padded times the forward only (in a backward, the padded rows' dO would reach the real keys' gradients)");
   if (!o.varlen.empty()) o.seqlens = {*std::max_element(o.varlen.begin(), o.varlen.end())};
   if (o.tour) {
     o.seqlens = {1024};
@@ -185,16 +219,15 @@ double median(std::vector<double> v) {
 }
 
 // Rows [t0, t0 + rows) of head h of a (tokens, heads, head_dim) device tensor, as fp64: a packed
-// varlen tensor, or (heads = 1, h = 0) any run of rows of a contiguous one.
+// varlen tensor, or (heads = 1, h = 0) any run of rows of a contiguous one. Only that head's
+// columns are copied.
 std::vector<double> packed_values(const fa::AttnParams& p, const fa::Buffer& buf, int heads, int h, size_t t0, int rows) {
   const size_t row_elems = size_t(heads) * p.head_dim;
-  std::vector<uint16_t> bits(size_t(rows) * row_elems);
-  FA_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint16_t*>(buf.data()) + t0 * row_elems, bits.size() * 2,
-                           cudaMemcpyDeviceToHost));
-  std::vector<double> out(size_t(rows) * p.head_dim);
-  for (int t = 0; t < rows; ++t)
-    for (int x = 0; x < p.head_dim; ++x)
-      out[size_t(t) * p.head_dim + x] = fa::from_storage(p.dtype, bits[t * row_elems + size_t(h) * p.head_dim + x]);
+  std::vector<uint16_t> bits(size_t(rows) * p.head_dim);
+  FA_CUDA_CHECK(cudaMemcpy2D(bits.data(), p.head_dim * 2, static_cast<const uint16_t*>(buf.data()) + t0 * row_elems + size_t(h) * p.head_dim,
+                             row_elems * 2, p.head_dim * 2, rows, cudaMemcpyDeviceToHost));
+  std::vector<double> out(bits.size());
+  for (size_t e = 0; e < bits.size(); ++e) out[e] = fa::from_storage(p.dtype, bits[e]);
   return out;
 }
 
@@ -203,36 +236,68 @@ std::vector<double> head_values(const fa::AttnParams& p, const fa::Buffer& buf, 
   return packed_values(p, buf, 1, 0, index * rows, rows);
 }
 
+// Sequence b of the bench's batch (seqlen_q = seqlen_k, total_q = total_k): its first row t0 in
+// the packed tensors (varlen: cu[b]; dense: batch entry b, from row 0) and its length.
+struct Seq {
+  int b, t0, len;
+};
+Seq sequence(const fa::AttnParams& p, const std::vector<int>& cu, int b) {
+  return p.is_varlen() ? Seq{b, cu[b], cu[b + 1] - cu[b]} : Seq{b, 0, p.seqlen_q};
+}
+// Head h (of `heads`) of sequence s of a q-, k- or v-shaped device tensor, as fp64 (len x head_dim).
+std::vector<double> seq_values(const fa::AttnParams& p, const fa::Buffer& buf, int heads, const Seq& s, int h) {
+  return p.is_varlen() ? packed_values(p, buf, heads, h, s.t0, s.len) : head_values(p, buf, size_t(s.b) * heads + h, s.len);
+}
+// Where (sequence s, query head h, row 0) is in the fp32 per-row tensors: the LSE, g and dg are
+// (batch, heads_q, seqlen) dense and (heads_q, total) varlen.
+size_t row_index(const fa::AttnParams& p, const Seq& s, int h) {
+  return p.is_varlen() ? size_t(h) * p.total_q + s.t0 : (size_t(s.b) * p.heads_q + h) * p.seqlen_q;
+}
+// `count` fp32 values of a device tensor from element `at`.
+std::vector<double> device_floats(const float* device, size_t at, int count) {
+  std::vector<float> f(count);
+  FA_CUDA_CHECK(cudaMemcpy(f.data(), device + at, f.size() * 4, cudaMemcpyDeviceToHost));
+  return {f.begin(), f.end()};
+}
+// The gate of (sequence s, query head h) from the host copy of g; empty without the gate.
+std::vector<double> seq_gate(const fa::AttnParams& p, const std::vector<float>& g, const Seq& s, int h) {
+  if (g.empty()) return {};
+  const size_t at = row_index(p, s, h);
+  return {g.begin() + at, g.begin() + at + s.len};
+}
+
+// Rows to check in a sequence of `len` rows: the first two, the middle, the last, four random ones.
+std::vector<int> sampled_rows(int len, const char* what) {
+  fa::Rng rng(fa::seed_for(what));
+  std::vector<int> rows = {0, std::min(1, len - 1), len / 2, len - 1};
+  for (int i = 0; i < 4; ++i) rows.push_back(rng.uniform_int(0, len - 1));
+  return rows;
+}
+
 // Validates rows of head h of sequence b of the lesson's output against the fp64 reference on the
 // same inputs (query head h reads K/V head h / (heads_q / heads_kv); a varlen sequence b is rows
-// cu[b] .. cu[b + 1] of the packed tensors). Returns "" when they match, else the comparison's report.
+// cu[b] .. cu[b + 1] of the packed tensors; `gate`, the host copy of g, or empty). Returns "" when
+// they match, else the comparison's report.
 std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
                           const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables,
-                          const std::vector<int>& cu, int b, int h, double* max_err) {
-  const int hk = h / (p.heads_q / p.heads_kv), t0 = p.is_varlen() ? cu[b] : 0;
-  const int len = p.is_varlen() ? cu[b + 1] - cu[b] : p.seqlen_q;
-  auto values = [&](const fa::Buffer& buf, int heads, int head) {
-    return p.is_varlen() ? packed_values(p, buf, heads, head, t0, len) : head_values(p, buf, size_t(b) * heads + head, len);
-  };
+                          const std::vector<float>& gate, const std::vector<int>& cu, int b, int h, double* max_err) {
+  const Seq s = sequence(p, cu, b);
+  const int hk = h / (p.heads_q / p.heads_kv), len = s.len;
   fa::ref::Problem prob = ref_problem(p);
   prob.batch = prob.heads_q = prob.heads_kv = 1;  // the one head (b, h) copied out below
   prob.seqlen_q = prob.seqlen_k = len;
-  fa::ref::Inputs in{values(q, p.heads_q, h), values(k, p.heads_kv, hk), values(v, p.heads_kv, hk), {}};
+  prob.gate = !gate.empty();
+  fa::ref::Inputs in{seq_values(p, q, p.heads_q, s, h), seq_values(p, k, p.heads_kv, s, hk), seq_values(p, v, p.heads_kv, s, hk),
+                     seq_gate(p, gate, s, h)};
   if (p.rope_cos != nullptr) {
     // RoPE: rotated and rounded as the kernel's tensor cores see them (fa::rope_rotate_rounded).
     fa::rope_rotate_rounded(in.q, p.head_dim, p.seqlen_q, p.seqlen_k - p.seqlen_q, tables, p.dtype);
     fa::rope_rotate_rounded(in.k, p.head_dim, p.seqlen_k, 0, tables, p.dtype);
   }
-  fa::Rng rng(fa::seed_for("fa-bench rows"));
-  std::vector<int> rows = {0, std::min(1, len - 1), len / 2, len - 1};
-  for (int i = 0; i < 4; ++i) rows.push_back(rng.uniform_int(0, len - 1));
+  const std::vector<int> rows = sampled_rows(len, "fa-bench rows");
   const fa::ref::Forward want = fa::ref::forward(prob, in, &rows);
-  const std::vector<double> o_all = values(o, p.heads_q, h);
-  // The LSE is (batch, heads_q, seqlen_q), or (heads_q, total_q) for varlen.
-  const size_t lse_at = p.is_varlen() ? size_t(h) * p.total_q + t0 : (size_t(b) * p.heads_q + h) * p.seqlen_q;
-  std::vector<float> lse_all(len);
-  FA_CUDA_CHECK(cudaMemcpy(lse_all.data(), static_cast<const float*>(lse.data()) + lse_at, lse_all.size() * 4,
-                           cudaMemcpyDeviceToHost));
+  const std::vector<double> o_all = seq_values(p, o, p.heads_q, s, h);
+  const std::vector<double> lse_all = device_floats(static_cast<const float*>(lse.data()), row_index(p, s, h), len);
   std::vector<double> got_o, got_lse;
   for (int r : rows) {
     got_lse.push_back(lse_all[r]);
@@ -254,51 +319,108 @@ size_t not_finite(const fa::AttnParams& p, const fa::Buffer& buf) {
   for (uint16_t b : bits) bad += !std::isfinite(fa::from_storage(p.dtype, b));
   return bad;
 }
+size_t not_finite_fp32(const fa::Buffer& buf) {
+  const std::vector<float> x = buf.to_host<float>();
+  return static_cast<size_t>(std::count_if(x.begin(), x.end(), [](float f) { return !std::isfinite(f); }));
+}
 
-// Checks sampled rows of the gradients of head (b, h) against the fp64 gradients computed from the
-// same inputs and the same O and LSE (ref::backward_rows). Returns "" when they match.
-std::string validate_backward_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
-                                   const fa::Buffer& o, const fa::Buffer& lse, const fa::Buffer& dout, const fa::Buffer& dq,
-                                   const fa::Buffer& dk, const fa::Buffer& dv, int b, int h, double* max_err) {
-  const size_t head = size_t(b) * p.heads_q + h;
+// The key positions at the end of a sequence where dg is checked (ref::backward_rows: only the
+// last positions are cheap to compute).
+constexpr int kGateCheckPositions = 16;
+
+// The device buffers of a backward call, for its validation.
+struct BackwardBuffers {
+  const fa::Buffer &q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv, &dgate;
+};
+
+// Checks sampled rows of the gradients of head h of sequence b against the fp64 gradients computed
+// from the same inputs and the same O and LSE (ref::backward_rows): dQ of query head h, dK and dV of
+// its K/V head (the sum over the query heads of its group), and, with the gate, dg of head h at the
+// last kGateCheckPositions keys, each element within 4u of the sum of its terms' sizes (dg cancels;
+// below). Returns "" when they match.
+std::string validate_backward_head(const fa::AttnParams& p, const BackwardBuffers& x, const std::vector<float>& gate,
+                                   const std::vector<int>& cu, int b, int h, double* max_err) {
+  const Seq s = sequence(p, cu, b);
+  const int group = p.heads_q / p.heads_kv, hk = h / group, len = s.len, D = p.head_dim;
   fa::ref::Problem prob = ref_problem(p);
   prob.batch = prob.heads_q = prob.heads_kv = 1;
-  const fa::ref::Inputs in{head_values(p, q, head, p.seqlen_q), head_values(p, k, head, p.seqlen_k),
-                           head_values(p, v, head, p.seqlen_k), {}};
-  std::vector<float> lse32(p.seqlen_q);
-  FA_CUDA_CHECK(cudaMemcpy(lse32.data(), static_cast<const float*>(lse.data()) + head * p.seqlen_q, lse32.size() * 4,
-                           cudaMemcpyDeviceToHost));
-  const std::vector<double> lse64(lse32.begin(), lse32.end());
-  fa::Rng rng(fa::seed_for("fa-bench gradient rows"));
-  std::vector<int> qrows = {0, 1, p.seqlen_q / 2, p.seqlen_q - 1}, krows = {0, 1, p.seqlen_k / 2, p.seqlen_k - 1};
-  for (int i = 0; i < 4; ++i) {
-    qrows.push_back(rng.uniform_int(0, p.seqlen_q - 1));
-    krows.push_back(rng.uniform_int(0, p.seqlen_k - 1));
+  prob.seqlen_q = prob.seqlen_k = len;
+  prob.gate = !gate.empty();
+  const std::vector<int> qrows = sampled_rows(len, "fa-bench gradient rows"), krows = sampled_rows(len, "fa-bench gradient keys");
+  const int dg_last = gate.empty() ? 0 : std::min(kGateCheckPositions, len);
+  const std::vector<double> k = seq_values(p, x.k, p.heads_kv, s, hk), v = seq_values(p, x.v, p.heads_kv, s, hk);
+  fa::ref::SampledGradients want;
+  want.dk.assign(krows.size() * D, 0.0);
+  want.dv.assign(krows.size() * D, 0.0);
+  for (int h2 = hk * group; h2 < (hk + 1) * group; ++h2) {  // dK and dV: every query head of the group
+    const fa::ref::Inputs in{seq_values(p, x.q, p.heads_q, s, h2), k, v, seq_gate(p, gate, s, h2)};
+    const bool mine = h2 == h;
+    const fa::ref::SampledGradients one = fa::ref::backward_rows(
+        prob, in, seq_values(p, x.dout, p.heads_q, s, h2), seq_values(p, x.o, p.heads_q, s, h2),
+        device_floats(static_cast<const float*>(x.lse.data()), row_index(p, s, h2), len), mine ? qrows : std::vector<int>{}, krows,
+        mine ? dg_last : 0);
+    for (size_t e = 0; e < one.dk.size(); ++e) {
+      want.dk[e] += one.dk[e];
+      want.dv[e] += one.dv[e];
+    }
+    if (mine) {
+      want.dq = one.dq;
+      want.dg = one.dg;
+      want.dg_terms = one.dg_terms;
+    }
   }
-  const fa::ref::SampledGradients want =
-      fa::ref::backward_rows(prob, in, head_values(p, dout, head, p.seqlen_q), head_values(p, o, head, p.seqlen_q), lse64, qrows, krows);
   std::string bad;
-  auto check = [&](const char* name, const fa::Buffer& g, int seqlen, const std::vector<int>& rows, const std::vector<double>& w) {
-    const std::vector<double> all = head_values(p, g, head, seqlen);
+  auto check = [&](const char* name, const fa::Buffer& g, int heads, int head, const std::vector<int>& rows, const std::vector<double>& w) {
+    const std::vector<double> all = seq_values(p, g, heads, s, head);
     std::vector<double> got;
     double scale = 0;
     for (int r : rows)
-      for (int d = 0; d < p.head_dim; ++d) got.push_back(all[size_t(r) * p.head_dim + d]);
-    for (double x : w) scale = std::max(scale, std::fabs(x));
+      for (int d = 0; d < D; ++d) got.push_back(all[size_t(r) * D + d]);
+    for (double e : w) scale = std::max(scale, std::fabs(e));
     const int n = static_cast<int>(rows.size());
-    const fa::CompareReport rep = fa::compare(name, got, w, fa::gradient_tolerance(p.dtype, scale), {n, p.head_dim}, {"sampled row", "d"});
+    const fa::CompareReport rep = fa::compare(name, got, w, fa::gradient_tolerance(p.dtype, scale), {n, D}, {"sampled row", "d"});
     *max_err = std::max(*max_err, rep.max_abs_err);
     if (!rep.ok) bad += rep.text + " ";
   };
-  check("dQ", dq, p.seqlen_q, qrows, want.dq);
-  check("dK", dk, p.seqlen_k, krows, want.dk);
-  check("dV", dv, p.seqlen_k, krows, want.dv);
+  check("dQ", x.dq, p.heads_q, h, qrows, want.dq);
+  check("dK", x.dk, p.heads_kv, hk, krows, want.dk);
+  check("dV", x.dv, p.heads_kv, hk, krows, want.dv);
+  if (dg_last > 0) {
+    // O and the LSE are the kernel's own, so its dS_ij differ from the reference's by fp32 rounding
+    // and at most their rounding to 16 bits: u |dS_ij|, or up to 2^-25 for a dS that is subnormal
+    // in fp16. So dg_t may be off by 4u x (the sum of |dS_ij| over its terms: dg_terms) + 2^-25 per
+    // term in fp16, and 2u |dg_t|. Its terms: every visible key of the rows at positions >= t, and
+    // every visible row of the keys >= t (seqlen_q = seqlen_k: row i sees i + 1 keys).
+    const std::vector<double> got =
+        device_floats(static_cast<const float*>(x.dgate.data()), row_index(p, s, h) + (len - dg_last), dg_last);
+    std::vector<double> atol = fa::terms_atol(p.dtype, want.dg_terms);
+    if (p.dtype == fa::DType::kF16)
+      for (int e = 0; e < dg_last; ++e) {
+        const double t = len - dg_last + e, m = len - t;  // positions t .. len - 1
+        atol[e] += 0x1p-25 * (m * (t + 1 + len) / 2 + m * (m + 1) / 2);
+      }
+    const fa::CompareReport rep = fa::compare("dg", got, want.dg, fa::gradient_terms_tolerance(p.dtype), {dg_last},
+                                              {"key - " + std::to_string(len - dg_last)}, &atol);
+    *max_err = std::max(*max_err, rep.max_abs_err);
+    if (!rep.ok) bad += rep.text + " ";
+  }
   if (bad.empty()) return "";
-  return "head (" + std::to_string(b) + ", " + std::to_string(h) + "): " + bad;
+  return std::string(p.is_varlen() ? "sequence " : "batch ") + std::to_string(b) + ", head " + std::to_string(h) + ": " + bad;
 }
 
-// The forward that makes O and the LSE for --bwd: lesson 08's (the course's fastest mma.sync one).
+// The forward that makes O and the LSE for --bwd: lesson 08's (the course's fastest mma.sync one),
+// except with --gqa, --varlen or --gate for a lesson with its own forward (forward_for).
 const fa::LessonInfo* g_forward_for_backward = nullptr;
+
+// The forward a case runs: the lesson's own. For --bwd: lesson 08's on plain problems (so backward
+// numbers stay comparable across lessons and runs); with --gqa, --varlen or --gate, the lesson's own
+// forward when it has one (lesson 08 has no varlen and no gate), else lesson 08's (lessons 10 and
+// 11 have GQA and no forward). Null when lesson 08 is needed and this build lacks it.
+const fa::LessonInfo* forward_for(const fa::LessonInfo& lesson, const Options& o) {
+  if (!o.bwd) return &lesson;
+  const bool own = (o.gqa > 1 || !o.varlen.empty() || o.gate) && lesson.forward != nullptr;
+  return own ? &lesson : g_forward_for_backward;
+}
 
 Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int seqlen, const Options& o,
              fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
@@ -312,6 +434,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     if (o.label.empty()) row.lesson += o.padded ? " padded" : " packed";
   }
   if (o.gqa > 1 && o.label.empty()) row.lesson += " gqa" + std::to_string(o.gqa);
+  if (o.gate && o.label.empty()) row.lesson += " gate";
   const bool packed = !o.varlen.empty() && !o.padded;
   if (packed && !lesson.features.varlen) {
     row.status = "skipped: --varlen, and this lesson has no varlen (time it padded with --padded)";
@@ -323,6 +446,14 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   }
   if (o.gqa > 1 && !lesson.features.gqa) {
     row.status = "skipped: --gqa, and this lesson has no grouped-query heads";
+    return row;
+  }
+  if (o.gate && !lesson.features.gate) {
+    row.status = "skipped: --gate, and this lesson has no decay gate";
+    return row;
+  }
+  if (o.gate && !causal) {
+    row.status = "skipped: --gate without the causal mask (the decay gate is defined for causal attention only)";
     return row;
   }
   if (row.heads % o.gqa != 0) {
@@ -341,11 +472,11 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     row.status = "skipped: a backward lesson (time it with --bwd)";
     return row;
   }
-  if (o.bwd && g_forward_for_backward == nullptr) {
+  if (forward_for(lesson, o) == nullptr) {
     row.status = "ERROR: --bwd takes O and the LSE from lesson 08's forward, which this build lacks";
     return row;
   }
-  const fa::LessonInfo& fwd = o.bwd ? *g_forward_for_backward : lesson;
+  const fa::LessonInfo& fwd = *forward_for(lesson, o);
   if (o.rope && !lesson.features.rope) {
     row.status = "skipped: --rope, and this lesson has no RoPE";
     return row;
@@ -388,6 +519,18 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   p.o = out.data();
   p.lse = static_cast<float*>(lse.data());
   fa::set_contiguous_strides(p);
+  // --gate: g = log sigmoid(x), x uniform in [2.25, 4.6]: g in [-0.1, -0.01]. Kept on the host
+  // too, for the validation.
+  std::vector<float> gate;
+  fa::Buffer gate_dev, dgate;
+  if (o.gate) {
+    fa::Rng rng(seed + 0x4000000000ull);
+    gate.resize(tokens * p.heads_q);  // (batch, heads_q, seqlen_k) or (heads_q, total_k): one value per token and head
+    for (float& g : gate) g = static_cast<float>(-std::log1p(std::exp(-(2.25 + 2.35 * rng.uniform()))));
+    gate_dev = fa::Buffer(fa::Memory::kDevice, gate.size() * 4, "gate");
+    gate_dev.upload(gate.data(), gate.size() * 4);
+    p.gate = static_cast<const float*>(gate_dev.data());
+  }
   fa::Buffer rope_cos, rope_sin;
   fa::RopeTables tables;  // host copy of the tables, for validate_head
   if (o.rope) {
@@ -406,34 +549,44 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
     fa::run_forward(fwd, p);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
-    std::string bad = validate_head(p, q, k, v, out, lse, tables, cu, 0, 0, &row.max_err);
-    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
+    if (o.gate) gate_dev.check_guards();
+    std::string bad = validate_head(p, q, k, v, out, lse, tables, gate, cu, 0, 0, &row.max_err);
+    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
     if (!bad.empty()) {
-      row.status = std::string("WRONG: ") + (o.bwd ? "the forward (lesson 08) for --bwd: " : "") + bad;
+      row.status = "WRONG: " + (o.bwd ? "the forward (" + std::string(fwd.id) + ") for --bwd: " : std::string()) + bad;
       return row;
     }
     fa::Buffer dout, dq, dk, dv;
     if (o.bwd) {
       dout = fa::Buffer(fa::Memory::kDevice, n * 2, "dout");
       dq = fa::Buffer(fa::Memory::kDevice, n * 2, "dq");
-      dk = fa::Buffer(fa::Memory::kDevice, n * 2, "dk");
-      dv = fa::Buffer(fa::Memory::kDevice, n * 2, "dv");
+      dk = fa::Buffer(fa::Memory::kDevice, nkv * 2, "dk");
+      dv = fa::Buffer(fa::Memory::kDevice, nkv * 2, "dv");
       fa::bench::fill_randn(dout.data(), n, t, seed + 0x3000000000ull);
       p.dout = dout.data();
       p.dq = dq.data();
       p.dk = dk.data();
       p.dv = dv.data();
       p.deterministic = o.deterministic;
+      if (o.gate) {
+        dgate = fa::Buffer(fa::Memory::kDevice, gate.size() * 4, "dgate");
+        p.dgate = static_cast<float*>(dgate.data());
+      }
       for (fa::Buffer* b : {&dq, &dk, &dv}) b->poison();
+      if (o.gate) dgate.poison();
       fa::run_backward(lesson, p);
       FA_CUDA_CHECK(cudaDeviceSynchronize());
       for (const fa::Buffer* b : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) b->check_guards();
+      if (o.gate)
+        for (const fa::Buffer* b : {&gate_dev, &dgate}) b->check_guards();
       row.max_err = 0;
       for (auto [b, name] : {std::pair<const fa::Buffer*, const char*>{&dq, "dQ"}, {&dk, "dK"}, {&dv, "dV"}})
         if (const size_t nf = not_finite(p, *b)) bad += std::string(name) + ": " + std::to_string(nf) + " elements NaN or inf (unwritten ones stay NaN) ";
-      if (bad.empty()) bad = validate_backward_head(p, q, k, v, out, lse, dout, dq, dk, dv, 0, 0, &row.max_err);
-      if (bad.empty())
-        bad = validate_backward_head(p, q, k, v, out, lse, dout, dq, dk, dv, p.batch - 1, p.heads_q - 1, &row.max_err);
+      if (o.gate)
+        if (const size_t nf = not_finite_fp32(dgate)) bad += "dg: " + std::to_string(nf) + " elements NaN or inf (unwritten ones stay NaN) ";
+      const BackwardBuffers bufs{q, k, v, out, lse, dout, dq, dk, dv, dgate};
+      if (bad.empty()) bad = validate_backward_head(p, bufs, gate, cu, 0, 0, &row.max_err);
+      if (bad.empty()) bad = validate_backward_head(p, bufs, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
       if (!bad.empty()) {
         row.status = "WRONG: " + bad;
         return row;
@@ -523,6 +676,9 @@ int main(int argc, char** argv) {
                   o.padded ? "padded to the longest, dense path" : "packed, cu_seqlens");
     }
     if (o.gqa > 1) std::printf("grouped-query heads: %d query heads per K/V head\n", o.gqa);
+    if (o.gate) std::printf("decay gate: g = log sigmoid(x), x uniform in [2.25, 4.6] (g in [-0.1, -0.01]), causal cases only\n");
+    if (o.bwd && (o.gqa > 1 || !o.varlen.empty() || o.gate))
+      std::printf("--bwd: O and the LSE from each lesson's own forward where it has one (else lesson 08's)\n");
     std::printf("%-16s %-5s %4s %6s %9s %6s %10s %9s %7s %9s  %s\n", "lesson", "dtype", "d", "causal", "batch x h",
                 "N", "ms", "TFLOP/s", "% ceil", "max err", "status");
     std::ofstream csv;

@@ -29,6 +29,12 @@ double gradient_unit(DType t);
 // fa-bench's simpler check of sampled rows of randn problems (no cancellation there): atol
 // 4u * the largest reference value `ref_max_abs`, rtol 2u.
 Tolerance gradient_tolerance(DType t, double ref_max_abs);
+// The backward suite's elementwise rule, for gradients whose terms may cancel (dg, or dQ of equal
+// keys): element e may be off by 4u mag_e + 2u |ref_e|, mag_e the sum of the sizes of its terms,
+// plus 2^-25 in fp16 (half a subnormal step of the output's rounding). The tolerance holds the
+// fixed part; terms_atol(t, mag) gives the 4u mag_e to pass to compare() as atol_each.
+Tolerance gradient_terms_tolerance(DType t);
+std::vector<double> terms_atol(DType t, const std::vector<double>& mag);
 // FlashAttention-2's rule for gradients: the kernel's max abs error at most this many times the
 // max abs error of a naive computation at the storage precision (tests/support.cpp).
 constexpr double kNaiveErrorFactor = 3.0;

@@ -14,6 +14,9 @@
 // Build, test, profile:
 //   ctest --preset student -L lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
+// Experiment knobs (environment, read on the host): FA_LESSON12_ORDER=natural runs the forward's
+// tiles in packed order instead of heaviest first; FA_LESSON12_DQ=pass times the backward's
+// deterministic dQ pass in the default mode too.
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -111,7 +114,9 @@ __device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
 //   3. its exclusive prefix sum: where each bucket's tiles start in `order`;
 //   4. each tile takes the next place of its bucket (atomicAdd in shared memory).
 // The order within a bucket varies from run to run; no result depends on it (each tile's block
-// computes alone).
+// computes alone). With heaviest_first false (FA_LESSON12_ORDER=natural, the forward only: README,
+// question 4) the sorted map is then overwritten in packed order, (sequence, tile) ascending, so
+// both orders cost the same plan.
 __device__ int block_exclusive_scan(int x, int* buf, int* total) {
   const int tid = threadIdx.x;
   buf[tid] = x;
@@ -128,9 +133,20 @@ __device__ int block_exclusive_scan(int x, int* buf, int* total) {
   return inclusive - x;
 }
 
+// Tile x of the packed order, (sequence, tile) ascending: its sequence b is the last one with
+// tile_start[b] <= x (a binary search), and it is tile x - tile_start[b] of that sequence.
+__device__ int2 tile_at(const int* tile_start, int batch, int x) {
+  int lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  return make_int2(lo, x - tile_start[lo]);
+}
+
 __global__ void __launch_bounds__(kPlanThreads)
     plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
-                bool query_tiles, int* tile_start, int2* order, int* count) {
+                bool query_tiles, bool heaviest_first, int* tile_start, int2* order, int* count) {
   __shared__ int buf[kPlanThreads];
   __shared__ int hist[lesson12::kBuckets];
   const int tid = threadIdx.x;
@@ -139,8 +155,9 @@ __global__ void __launch_bounds__(kPlanThreads)
     len_q = query_tiles ? a : o;
     len_k = query_tiles ? o : a;
   };
-  // TODO(12): the map: steps 1 to 4 above. Work of a tile: lesson12::key_tiles_visited (query
-  //   tiles) or lesson12::query_tiles_visited (key tiles), with other_tile the other side's tile.
+  // TODO(12): the map: steps 1 to 4 above (tile_at finds tile x's sequence). Work of a tile:
+  //   lesson12::key_tiles_visited (query tiles) or lesson12::query_tiles_visited (key tiles), with
+  //   other_tile the other side's tile.
   // BEGIN SOLUTION
   int carry = 0;  // step 1
   for (int b0 = 0; b0 < batch; b0 += kPlanThreads) {
@@ -155,38 +172,29 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (tid == 0) tile_start[batch] = *count = total;
   hist[tid] = 0;
   __syncthreads();  // tile_start (global) and hist visible to the whole block
-  auto find = [&](int x, int& b, int& t) {  // the sequence holding tile x: the last b with start <= x
-    int lo = 0, hi = batch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (tile_start[mid] <= x) lo = mid; else hi = mid - 1;
-    }
-    b = lo;
-    t = x - tile_start[lo];
-  };
-  auto bucket = [&](int b, int t) {
+  auto bucket = [&](int2 m) {  // m: (sequence, tile)
     int len_q, len_k;
-    lengths(b, len_q, len_k);
-    const int work = query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, len_q, len_k, causal)
-                                 : lesson12::query_tiles_visited(t, tile, other_tile, len_q, len_k, causal);
+    lengths(m.x, len_q, len_k);
+    const int work = query_tiles ? lesson12::key_tiles_visited(m.y, tile, other_tile, len_q, len_k, causal)
+                                 : lesson12::query_tiles_visited(m.y, tile, other_tile, len_q, len_k, causal);
     return lesson12::bucket_of(work);
   };
-  for (int x = tid; x < total; x += kPlanThreads) {  // step 2
-    int b, t;
-    find(x, b, t);
-    atomicAdd(&hist[bucket(b, t)], 1);
-  }
+  for (int x = tid; x < total; x += kPlanThreads)  // step 2
+    atomicAdd(&hist[bucket(tile_at(tile_start, batch, x))], 1);
   __syncthreads();
   int unused = 0;
   const int place = block_exclusive_scan(hist[tid], buf, &unused);  // step 3
   hist[tid] = place;
   __syncthreads();
   for (int x = tid; x < total; x += kPlanThreads) {  // step 4
-    int b, t;
-    find(x, b, t);
-    order[atomicAdd(&hist[bucket(b, t)], 1)] = make_int2(b, t);
+    const int2 m = tile_at(tile_start, batch, x);
+    order[atomicAdd(&hist[bucket(m)], 1)] = m;
   }
   // END SOLUTION
+  if (!heaviest_first) {  // FA_LESSON12_ORDER=natural: packed order instead
+    __syncthreads();  // the sorted entries are written, and tile_start is visible to every thread
+    for (int x = tid; x < tile_start[batch]; x += kPlanThreads) order[x] = tile_at(tile_start, batch, x);
+  }
 }
 
 // ---- The gate's cumulative sums ----------------------------------------------------------------
@@ -243,7 +251,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_st
 
 // Which (sequence, tile) entry `e` of a grid is: varlen, entry e of the map (false past its end);
 // dense, sequence e / n_tiles, its tiles heaviest first (causal: the last query tiles, or the
-// first key tiles, are the heaviest).
+// first key tiles, are the heaviest) when last_heaviest, else in ascending order.
 __device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* map, const int* count, int e,
                                           int n_tiles, bool last_heaviest, int& b, int& tile) {
   if (is_varlen(p)) {
@@ -273,16 +281,18 @@ __device__ __forceinline__ int head(int heads) { return blockIdx.x / (gridDim.x 
 
 // A forward-style block (one query tile against the key tiles it sees, lesson 06's bounds): its
 // sequence, tile (-1: past the end of the map), the causal offset, the key tiles it visits and
-// the first that needs the mask.
+// the first that needs the mask. heaviest_first false: a dense batch's tiles in ascending order
+// (FA_LESSON12_ORDER=natural); a varlen map carries its own order.
 struct Block {
   Seq s;
   int tile, offset, n_full, n_tiles;
 };
-__device__ Block block_of(const fa::AttnParams& p, const int2* map, const int* count, int e, int rows, int keys) {
+__device__ Block block_of(const fa::AttnParams& p, const int2* map, const int* count, int e, int rows, int keys,
+                          bool heaviest_first = true) {
   Block k{};
   int b = 0;
   k.tile = -1;
-  if (!work_item(p, map, count, e, fa::ceil_div(p.seqlen_q, rows), true, b, k.tile)) {
+  if (!work_item(p, map, count, e, fa::ceil_div(p.seqlen_q, rows), heaviest_first, b, k.tile)) {
     k.tile = -1;
     return k;
   }
@@ -304,7 +314,7 @@ __device__ Block block_of(const fa::AttnParams& p, const int2* map, const int* c
 // then live in base-2 units: the softmax runs with scale 1).
 template <class T, int D, int kRows, int kKeys, int kSub, int kWarps, int kStages, int kBlocksPerSM, bool kGate>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
-    forward_kernel(const fa::AttnParams p, const int2* map, const int* map_count, const double* G) {
+    forward_kernel(const fa::AttnParams p, const int2* map, const int* map_count, const double* G, bool heaviest_first) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kWarpRows = kRows / kWarps;
   constexpr int kMT = kWarpRows / 16;
@@ -323,7 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   __shared__ alignas(16) int64_t at[4];  // where the block's K, V, O rows and LSE entries start (elements)
   __shared__ int4 loop;  // what the key loop reads: n_tiles, n_full, len_k, q0 + offset (one 16-byte load)
   if (threadIdx.x == 0) {
-    blk = block_of(p, map, map_count, entry(p.heads_q), kRows, kKeys);
+    blk = block_of(p, map, map_count, entry(p.heads_q), kRows, kKeys, heaviest_first);
     const int h = head(p.heads_q), hk = h / (p.heads_q / p.heads_kv);
     at[0] = k_offset(p.k_stride, blk.s, hk);
     at[1] = k_offset(p.v_stride, blk.s, hk);
@@ -1220,11 +1230,12 @@ Map take_map(Carver& c, const fa::AttnParams& p, int tile, bool query_tiles) {
   m.count = c.take<int>(1);
   return m;
 }
-void launch_plan(const Map& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles, cudaStream_t stream) {
+void launch_plan(const Map& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles, cudaStream_t stream,
+                 bool heaviest_first = true) {
   if (!p.is_varlen()) return;
   plan_kernel<<<1, kPlanThreads, 0, stream>>>(query_tiles ? p.cu_seqlens_q : p.cu_seqlens_k,
                                               query_tiles ? p.cu_seqlens_k : p.cu_seqlens_q, p.batch, tile, other_tile,
-                                              p.causal, query_tiles, m.tile_start, m.order, m.count);
+                                              p.causal, query_tiles, heaviest_first, m.tile_start, m.order, m.count);
   FA_CHECK_LAUNCH();
 }
 int64_t gate_elements(const fa::AttnParams& p) {
@@ -1250,9 +1261,9 @@ void check_started() {
 }
 
 // The forward with lesson 08's configuration kIndex: G (with the gate), the map (varlen), then the
-// attention kernel, one block per (map entry, query head).
+// attention kernel, one block per (map entry, query head), its tiles heaviest first or in packed order.
 template <class T, int kIndex, bool kGate>
-void forward_config(const fa::AttnParams& p, cudaStream_t stream) {
+void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t stream) {
   constexpr lesson08::Config c = lesson08::kConfigs[kIndex];
   static_assert(lesson08::well_formed(c), "a configuration of lesson 08's tiles.hpp is not well formed");
   auto carve = [&](Carver& cv, double*& G) {
@@ -1265,11 +1276,11 @@ void forward_config(const fa::AttnParams& p, cudaStream_t stream) {
   Carver cv{device_scratch(reinterpret_cast<size_t>(sizing.at))};
   const Map map = carve(cv, G);
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
-  launch_plan(map, p, c.rows, c.keys, true, stream);
+  launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
   auto kernel = forward_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kGate>;
   allow_smem(kernel, smem);
-  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, map.order, map.count, G);
+  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, map.order, map.count, G, heaviest_first);
   FA_CHECK_LAUNCH();
 }
 
@@ -1286,20 +1297,33 @@ static_assert(lesson08::kConfigs[kFwdGate64].head_dim == 64 && lesson08::kConfig
               "the gated configurations are the sm_90 ones with half the keys a step");
 
 template <class T, bool kGate>
-void forward_dispatch(const fa::AttnParams& p, int index, cudaStream_t stream) {
-  if (index == kFwd64) forward_config<T, kGate ? kFwdGate64 : kFwd64, kGate>(p, stream);
-  else if (index == kFwd128) forward_config<T, kGate ? kFwdGate128 : kFwd128, kGate>(p, stream);
-  else if (index == kFwd64Small) forward_config<T, kFwd64Small, kGate>(p, stream);
-  else if (index == kFwd128Small) forward_config<T, kFwd128Small, kGate>(p, stream);
+void forward_dispatch(const fa::AttnParams& p, int index, bool heaviest_first, cudaStream_t stream) {
+  if (index == kFwd64) forward_config<T, kGate ? kFwdGate64 : kFwd64, kGate>(p, heaviest_first, stream);
+  else if (index == kFwd128) forward_config<T, kGate ? kFwdGate128 : kFwd128, kGate>(p, heaviest_first, stream);
+  else if (index == kFwd64Small) forward_config<T, kFwd64Small, kGate>(p, heaviest_first, stream);
+  else if (index == kFwd128Small) forward_config<T, kFwd128Small, kGate>(p, heaviest_first, stream);
   else throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: no forward configuration for head_dim " + std::to_string(p.head_dim));
+}
+
+// FA_LESSON12_ORDER (README, question 4): the order the forward's blocks take their query tiles in.
+// Unset or "heaviest": heaviest first (the default: the varlen map sorted by work, a dense causal
+// batch's last tile first); "natural": packed order, (sequence, tile) ascending. Anything else
+// is an error, raised before any launch.
+bool forward_heaviest_first() {
+  const char* order = std::getenv("FA_LESSON12_ORDER");
+  if (order == nullptr || *order == '\0' || std::strcmp(order, "heaviest") == 0) return true;
+  if (std::strcmp(order, "natural") == 0) return false;
+  throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: FA_LESSON12_ORDER=" + std::string(order) +
+                            " is not an order: use natural (packed order) or heaviest (the default)");
 }
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
   const int index = lesson08::config_for(fa::current_device().sm, p.head_dim);
+  const bool heaviest_first = forward_heaviest_first();
   FA_DISPATCH_DTYPE(p.dtype, T, {
-    if (p.gate != nullptr) forward_dispatch<T, true>(p, index, stream);
-    else forward_dispatch<T, false>(p, index, stream);
+    if (p.gate != nullptr) forward_dispatch<T, true>(p, index, heaviest_first, stream);
+    else forward_dispatch<T, false>(p, index, heaviest_first, stream);
   });
 }
 
