@@ -39,4 +39,25 @@ const DeviceInfo& current_device() {
   return known[dev] = DeviceInfo{major * 10 + minor, sms};
 }
 
+void* device_scratch(size_t bytes) {
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static std::mutex mutex;
+  static std::map<int, Scratch> per_device;
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  Scratch& s = per_device[dev];
+  if (bytes > s.bytes) {
+    if (s.ptr != nullptr) FA_CUDA_CHECK(cudaFree(s.ptr));  // synchronises the device: no kernel still reads it
+    s.ptr = nullptr;
+    s.bytes = 0;
+    FA_CUDA_CHECK(cudaMalloc(&s.ptr, bytes));
+    s.bytes = bytes;
+  }
+  return s.ptr;
+}
+
 }  // namespace fa

@@ -66,17 +66,24 @@ std::vector<std::string> split(const std::string& s) {
     if (!x.empty()) out.push_back(x);
   return out;
 }
-// The whole number `x` given to option `opt`; a clear error for anything else ("4k", "", "1.5").
-int to_int(const std::string& opt, const std::string& x) {
+// `x` parsed whole by `parse` (std::stoi, std::stod: they return the value and how many characters
+// they read), or `what` as the error: nothing accepted is only a prefix ("4k", "1.5" as an int, "").
+template <class Parse>
+auto parse_all(const std::string& x, Parse parse, const std::string& what) {
   size_t used = 0;
-  int n = 0;
+  decltype(parse(x, &used)) v{};
   try {
-    n = std::stoi(x, &used);
+    v = parse(x, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != x.size()) throw std::invalid_argument(opt + " takes whole numbers, got '" + x + "'");
-  return n;
+  if (used == 0 || used != x.size()) throw std::invalid_argument(what);
+  return v;
+}
+// The whole number `x` given to option `opt`; a clear error for anything else ("4k", "", "1.5").
+int to_int(const std::string& opt, const std::string& x) {
+  return parse_all(x, [](const std::string& s, size_t* used) { return std::stoi(s, used); },
+                   opt + " takes whole numbers, got '" + x + "'");
 }
 std::vector<int> ints(const std::string& opt, const std::string& s) {
   std::vector<int> v;
@@ -148,13 +155,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--reps") o.reps = to_int(a, value());
     else if (a == "--max-seconds") {
       const std::string x = value();
-      size_t used = 0;
-      try {
-        o.max_seconds = std::stod(x, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != x.size()) throw std::invalid_argument("--max-seconds takes a number of seconds, got '" + x + "'");
+      o.max_seconds = parse_all(x, [](const std::string& t, size_t* used) { return std::stod(t, used); },
+                                "--max-seconds takes a number of seconds, got '" + x + "'");
     }
     else if (a == "--csv") o.csv = value();
     else if (a == "--tour") o.tour = true;

@@ -2,6 +2,8 @@
 // fa::CudaError naming the call, the file and the line. Exit code 0 proves nothing.
 #pragma once
 
+#include <cstddef>
+
 #include <cuda_runtime_api.h>
 
 #include "fa/params.hpp"
@@ -18,6 +20,14 @@ struct DeviceInfo {
   int sm_count = 0;
 };
 const DeviceInfo& current_device();
+// The scratch a lesson needs beside its outputs (lesson 11's row statistics, lesson 12's tile maps
+// and gate sums): at least `bytes` of device memory on the current device, grow-only, one buffer
+// per device for the whole process, shared by every caller. It is valid until the next call that
+// asks for more, so a caller carves all it needs from one call and uses it stream-ordered.
+void* device_scratch(size_t bytes);
+// Lets `kernel` take `bytes` of dynamic shared memory (above 48 KB a kernel must opt in), or throws.
+template <class Kernel>
+void allow_smem(Kernel* kernel, int bytes);
 }  // namespace fa
 
 #define FA_CUDA_CHECK(expr)                                              \
@@ -29,3 +39,8 @@ const DeviceInfo& current_device();
 // After a <<<...>>> launch: catches bad configurations at once (cudaGetLastError) and, in
 // checked builds, faults inside the kernel (the tests synchronise after every run anyway).
 #define FA_CHECK_LAUNCH() FA_CUDA_CHECK(cudaGetLastError())
+
+template <class Kernel>
+void fa::allow_smem(Kernel* kernel, int bytes) {
+  FA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}

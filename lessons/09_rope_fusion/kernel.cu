@@ -365,25 +365,12 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
   ((index == kIndex ? launch_attention<T, kIndex, kRope>(p, stream) : void()), ...);
 }
 
-// The rotate-outside path's rotated copies of Q and K: one device buffer, grown when a call needs
-// more and kept for the next call (an allocation per call would be timed with the rotation).
-void* scratch(size_t bytes) {
-  static void* ptr = nullptr;
-  static size_t have = 0;
-  if (bytes > have) {
-    if (ptr != nullptr) FA_CUDA_CHECK(cudaFree(ptr));
-    FA_CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    have = bytes;
-  }
-  return ptr;
-}
-
 // Rotate-outside: rope_kernel writes rotated Q and K, then the attention kernel without RoPE.
 template <class T, int D>
 void rotate_then_attend(const fa::AttnParams& p, int index, cudaStream_t stream) {
   const int64_t q_elems = int64_t(p.batch) * p.heads_q * p.seqlen_q * D;
   const int64_t k_elems = int64_t(p.batch) * p.heads_kv * p.seqlen_k * D;
-  T* q_rot = static_cast<T*>(scratch(size_t(q_elems + k_elems) * sizeof(T)));
+  T* q_rot = static_cast<T*>(fa::device_scratch(size_t(q_elems + k_elems) * sizeof(T)));
   T* k_rot = q_rot + q_elems;
   const int64_t tasks = (q_elems + k_elems) / 16;  // one per pair of 8-value chunks
   constexpr int kThreads = 256;

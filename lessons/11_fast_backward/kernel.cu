@@ -346,24 +346,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
   }
 }
 
-// The scratch the backward needs beside its outputs: LSE2 and D (padded rows), and the fp32 dQ
-// sums of the atomic strategy. Grow-only, one per process (README, Caveats).
-void* scratch(size_t bytes) {
-  static void* ptr = nullptr;
-  static size_t have = 0;
-  if (bytes > have) {
-    if (ptr != nullptr) FA_CUDA_CHECK(cudaFree(ptr));
-    FA_CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    have = bytes;
-  }
-  return ptr;
-}
-
-template <class Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 constexpr int kDqKeys = 64, kDqWarps = 4;  // the dQ pass's tiles: 64 rows x 64 keys, 4 warps
 
 template <class T, int kIndex>
@@ -375,7 +357,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   const int padded = fa::ceil_div(p.seqlen_q, 128) * 128;  // a multiple of every kRows
   const size_t stats = size_t(bh) * padded;
   const size_t accum = atomic_dq ? size_t(bh) * p.seqlen_q * D : 0;
-  float* lse2 = static_cast<float*>(scratch((2 * stats + accum) * sizeof(float)));
+  float* lse2 = static_cast<float*>(fa::device_scratch((2 * stats + accum) * sizeof(float)));
   float* delta = lse2 + stats;
   float* dq_accum = delta + stats;
 
@@ -387,7 +369,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   if (atomic_dq) {
     FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum * sizeof(float), stream));
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true>;
-    allow_smem(kernel, smem);
+    fa::allow_smem(kernel, smem);
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, dq_accum);
     FA_CHECK_LAUNCH();
     const int64_t threads = int64_t(bh) * p.seqlen_q * (D / 8);
@@ -395,12 +377,12 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
     FA_CHECK_LAUNCH();
   } else {
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false>;
-    allow_smem(kernel, smem);
+    fa::allow_smem(kernel, smem);
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
     auto dq = dq_kernel<T, D, kDqKeys, kDqWarps>;
-    allow_smem(dq, dq_smem);
+    fa::allow_smem(dq, dq_smem);
     dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, lse2, delta, padded);
     FA_CHECK_LAUNCH();
   }

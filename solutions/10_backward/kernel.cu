@@ -233,22 +233,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const fa::AttnParams p, co
   for (int x = 0; x < kDims; ++x) dqrow[x * kGroup + g] = fa::from_float<T>(dq[x] * p.scale);
 }
 
-// D's scratch buffer (fp32, batch * heads_q * seqlen_q): one device buffer, grown when a call needs
-// more and kept for the next call (an allocation per call would be timed with the kernels).
-float* delta_scratch(size_t count) {
-  static float* ptr = nullptr;
-  static size_t have = 0;
-  if (count > have) {
-    if (ptr != nullptr) FA_CUDA_CHECK(cudaFree(ptr));
-    FA_CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(float)));
-    have = count;
-  }
-  return ptr;
-}
-
 template <class T, int D>
 void launch(const fa::AttnParams& p, cudaStream_t stream) {
-  float* delta = delta_scratch(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q);
+  // D (fp32, batch * heads_q * seqlen_q) lives in the process's device scratch (fa::device_scratch:
+  // grown when a call needs more, kept for the next; an allocation per call would be timed too).
+  float* delta = static_cast<float*>(fa::device_scratch(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * sizeof(float)));
   row_dot_kernel<T, D><<<dim3(tile_count(p.seqlen_q, kWarpRows), p.batch * p.heads_q), kThreads, 0, stream>>>(p, delta);
   FA_CHECK_LAUNCH();
   dkdv_kernel<T, D><<<dim3(tile_count(p.seqlen_k, kKeys), p.batch * p.heads_kv), kThreads, 0, stream>>>(p, delta);

@@ -18,6 +18,7 @@
 // tiles in packed order instead of heaviest first; FA_LESSON12_DQ=pass times the backward's
 // deterministic dQ pass in the default mode too.
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -231,6 +232,19 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 }
 
 // ---- Forward -----------------------------------------------------------------------------------
+// The swizzled tiles assume that shared memory rows of 128 bytes start at 128-byte boundaries. The
+// dynamic buffer comes after the kernel's static __shared__ variables (the block's bounds below),
+// and by default it is only 16-byte aligned: forward_kernel's 96 bytes of them put every row of a
+// tile across two 128-byte lines, each cp.async row then took two shared-memory wavefronts, and
+// the forward ran 11% slower at d = 64 (README, "The 96 bytes"). Each kernel below declares it
+// __align__(128): it then starts at the next 128-byte boundary, at an address the compiler still
+// knows (rounding the pointer up at run time instead cost 1% in the forward and 5% in the
+// backward: every tile address became a register). The check traps (an error at the next
+// synchronisation, which every test makes) if a compiler ever places it otherwise.
+__device__ __forceinline__ void check_tile_alignment(const void* tiles) {
+  if (threadIdx.x == 0 && (fa::smem_addr(tiles) & 127u) != 0) __trap();
+}
+
 // Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
 // tile, 16 bytes per thread per step (lesson 08). Rows at or past `nrows` are zero-filled.
 template <int kThreads, int kTileRows, int D, class T>
@@ -320,8 +334,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   constexpr int kMT = kWarpRows / 16;
   constexpr int kNT = kSub / 8;
   constexpr int kDT = D / 8;
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
   T* sQ = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
   T* sK = sQ + kRows * D;
   T* sV = sK + kStages * kKeys * D;
 
@@ -603,8 +618,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   constexpr int kNT = kSub / 8;
   constexpr int kDT = D / 8;
   static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
   T* sK = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
   T* sV = sK + kKeys * D;
   T* sQ = sV + kKeys * D;
   T* sdO = sQ + 2 * kRows * D;
@@ -1033,8 +1049,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
               const float* lse2, const float* delta, int64_t stat_stride, float* dG_rows) {
   constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
   static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
-  extern __shared__ uint4 smem[];
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
   T* sQ = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
   T* sdO = sQ + kRows * D;
   T* sK = sdO + kRows * D;
   T* sV = sK + 2 * kKeys * D;
@@ -1187,18 +1204,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 // ---- Host side ---------------------------------------------------------------------------------
-// The scratch beside the outputs (the maps, G, the backward's statistics, dG, the fp32 dQ sums):
-// one grow-only device buffer per process (README, Caveats), carved into 256-byte aligned pieces.
-char* device_scratch(size_t bytes) {
-  static void* ptr = nullptr;
-  static size_t have = 0;
-  if (bytes > have) {
-    if (ptr != nullptr) FA_CUDA_CHECK(cudaFree(ptr));
-    FA_CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    have = bytes;
-  }
-  return static_cast<char*>(ptr);
-}
+// The scratch beside the outputs (the maps, G, the backward's statistics, dG, the fp32 dQ sums)
+// is the process's device scratch (fa::device_scratch, README, Caveats), carved into 256-byte
+// aligned pieces.
 struct Carver {
   char* at;  // nullptr on the sizing pass: then `at` ends as the bytes needed
   template <class X>
@@ -1251,10 +1259,6 @@ unsigned grid_of(int64_t blocks) {
   if (blocks > INT32_MAX) throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: the grid needs " + std::to_string(blocks) + " blocks, more than 2^31 - 1");
   return static_cast<unsigned>(blocks);
 }
-template <class Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 void check_started() {
   fa::throw_if_todos_left("12_gqa_varlen_gate", lesson12::kPlanTodosLeft);
   fa::throw_if_todos_left("12_gqa_varlen_gate", kTodosLeft);
@@ -1273,13 +1277,13 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   Carver sizing{nullptr};
   double* G = nullptr;
   carve(sizing, G);
-  Carver cv{device_scratch(reinterpret_cast<size_t>(sizing.at))};
+  Carver cv{static_cast<char*>(fa::device_scratch(reinterpret_cast<size_t>(sizing.at)))};
   const Map map = carve(cv, G);
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
   auto kernel = forward_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kGate>;
-  allow_smem(kernel, smem);
+  fa::allow_smem(kernel, smem);
   kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, map.order, map.count, G, heaviest_first);
   FA_CHECK_LAUNCH();
 }
@@ -1358,7 +1362,7 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   };
   Carver sizing{nullptr};
   carve(sizing);
-  Carver cv{device_scratch(reinterpret_cast<size_t>(sizing.at))};
+  Carver cv{static_cast<char*>(fa::device_scratch(reinterpret_cast<size_t>(sizing.at)))};
   carve(cv);
 
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, x.G, stream);
@@ -1373,7 +1377,7 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   if (atomic_dq) {
     FA_CUDA_CHECK(cudaMemsetAsync(x.dq_accum, 0, q_rows * D * sizeof(float), stream));
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, kGate>;
-    allow_smem(kernel, smem);
+    fa::allow_smem(kernel, smem);
     kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, x.kmap.order, x.kmap.count, x.qmap.tile_start, x.G,
                                                              x.lse2, x.delta, stat_stride, x.dq_accum, x.dG,
                                                              kGate ? x.dG + gate_elements(p) : nullptr);
@@ -1382,13 +1386,13 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
     FA_CHECK_LAUNCH();
   } else {
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, kGate>;
-    allow_smem(kernel, smem);
+    fa::allow_smem(kernel, smem);
     kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, x.kmap.order, x.kmap.count, x.qmap.tile_start, x.G,
                                                              x.lse2, x.delta, stat_stride, nullptr, x.dG, nullptr);
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
     auto dq = dq_kernel<T, D, kDqKeys, kDqWarps, kGate>;
-    allow_smem(dq, dq_smem);
+    fa::allow_smem(dq, dq_smem);
     dq<<<grid_of(x.qmap.entries * p.heads_q), kDqWarps * 32, dq_smem, stream>>>(
         p, x.qmap.order, x.qmap.count, x.qmap.tile_start, x.G, x.lse2, x.delta, stat_stride,
         kGate ? x.dG + gate_elements(p) : nullptr);
