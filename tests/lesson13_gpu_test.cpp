@@ -79,3 +79,18 @@ TEST_CASE("lesson13: a step outside 1-4 or a negative block cap is rejected befo
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "max_blocks must be >= 0"));
   g_blocks = 0;
 }
+
+TEST_CASE("lesson13: a batch above 65535 runs on the persistent grid and is rejected by steps 1-3") {
+  fa::LessonInfo lesson = fa::test::lesson_under_test();
+  lesson.forward = &forward_with_step;
+  fa::test::Case c;
+  c.batch = 66000;  // past grid z's 65535: steps 1-3 cannot launch it, step 4 takes it as work tiles
+  c.seqlen_q = c.seqlen_k = 3;
+  c.causal = true;
+  g_blocks = 0;
+  g_step = 4;
+  FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
+  g_step = 3;
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "at most 65535"));
+  g_step = 4;
+}

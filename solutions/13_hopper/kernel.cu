@@ -481,8 +481,10 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
   fa::throw_if_todos_left("13_hopper", kTodosLeft);
   if (step < 1 || step > 4) throw fa::InvalidArgument("lesson 13_hopper: the schedule has steps 1 to 4, not " + std::to_string(step));
   if (max_blocks < 0) throw fa::InvalidArgument("lesson 13_hopper: max_blocks must be >= 0 (0: one block per SM)");
-  if (p.heads_q > 65535 || p.batch > 65535)
-    throw fa::InvalidArgument("lesson 13_hopper: heads_q and batch must be at most 65535 (grid y, z)");
+  // Steps 1-3 launch a block per work tile on a (query tiles, heads, batch) grid; step 4's grid is
+  // one block per SM, whatever the shape.
+  if (step < 4 && (p.heads_q > 65535 || p.batch > 65535))
+    throw fa::InvalidArgument("lesson 13_hopper: steps 1-3 need heads_q and batch at most 65535 (grid y, z; step 4 has no such limit)");
   if (int64_t(p.batch) * p.heads_q > INT32_MAX)  // TMA's coordinates are 32-bit
     throw fa::InvalidArgument("lesson 13_hopper: batch * heads_q must be below 2^31");
   const fa::DeviceInfo& dev = fa::current_device();
