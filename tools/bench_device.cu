@@ -87,13 +87,6 @@ double median_ms(Launch launch) {
   return ms[ms.size() / 2];
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 }  // namespace
 
 void fill_randn(void* x, size_t n, DType t, uint64_t seed) {
@@ -115,7 +108,7 @@ void L2Flusher::flush(cudaStream_t stream) { FA_CUDA_CHECK(cudaMemsetAsync(buf_,
 double measure_fp32_fma_tflops() {
   float* out = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
-  const int blocks = sm_count() * 8, threads = 256, iters = 8192;
+  const int blocks = fa::current_device().sm_count * 8, threads = 256, iters = 8192;
   const double ms = median_ms([&] { fma_kernel<<<blocks, threads>>>(out, iters, 0.999f, 0.001f); });
   cudaFree(out);
   return 2.0 * 8 * iters * double(blocks) * threads / (ms * 1e-3) / 1e12;
@@ -124,7 +117,7 @@ double measure_fp32_fma_tflops() {
 double measure_mma_sync_tflops() {
   float* out = nullptr;
   FA_CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
-  const int blocks = sm_count() * 4, threads = 256, iters = 4096;
+  const int blocks = fa::current_device().sm_count * 4, threads = 256, iters = 4096;
   const double ms = median_ms([&] { mma_kernel<<<blocks, threads>>>(out, iters); });
   cudaFree(out);
   const double flops_per_mma = 2.0 * 16 * 8 * 16;

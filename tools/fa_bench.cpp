@@ -214,6 +214,15 @@ fa::ref::Problem ref_problem(const fa::AttnParams& p) {
   prob.scale = p.scale;
   return prob;
 }
+// p's problem cut to one head of one sequence of `len` tokens (seqlen_q = seqlen_k, as the bench's
+// cases are), with the gate when `gated`: what the validators copy out and check.
+fa::ref::Problem one_head_problem(const fa::AttnParams& p, int len, bool gated) {
+  fa::ref::Problem prob = ref_problem(p);
+  prob.batch = prob.heads_q = prob.heads_kv = 1;
+  prob.seqlen_q = prob.seqlen_k = len;
+  prob.gate = gated;
+  return prob;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -285,10 +294,7 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
                           const std::vector<float>& gate, const std::vector<int>& cu, int b, int h, double* max_err) {
   const Seq s = sequence(p, cu, b);
   const int hk = h / (p.heads_q / p.heads_kv), len = s.len;
-  fa::ref::Problem prob = ref_problem(p);
-  prob.batch = prob.heads_q = prob.heads_kv = 1;  // the one head (b, h) copied out below
-  prob.seqlen_q = prob.seqlen_k = len;
-  prob.gate = !gate.empty();
+  const fa::ref::Problem prob = one_head_problem(p, len, !gate.empty());  // the one head (b, h) copied out below
   fa::ref::Inputs in{seq_values(p, q, p.heads_q, s, h), seq_values(p, k, p.heads_kv, s, hk), seq_values(p, v, p.heads_kv, s, hk),
                      seq_gate(p, gate, s, h)};
   if (p.rope_cos != nullptr) {
@@ -344,10 +350,7 @@ std::string validate_backward_head(const fa::AttnParams& p, const BackwardBuffer
                                    const std::vector<int>& cu, int b, int h, double* max_err) {
   const Seq s = sequence(p, cu, b);
   const int group = p.heads_q / p.heads_kv, hk = h / group, len = s.len, D = p.head_dim;
-  fa::ref::Problem prob = ref_problem(p);
-  prob.batch = prob.heads_q = prob.heads_kv = 1;
-  prob.seqlen_q = prob.seqlen_k = len;
-  prob.gate = !gate.empty();
+  const fa::ref::Problem prob = one_head_problem(p, len, !gate.empty());
   const std::vector<int> qrows = sampled_rows(len, "fa-bench gradient rows"), krows = sampled_rows(len, "fa-bench gradient keys");
   const int dg_last = gate.empty() ? 0 : std::min(kGateCheckPositions, len);
   const std::vector<double> k = seq_values(p, x.k, p.heads_kv, s, hk), v = seq_values(p, x.v, p.heads_kv, s, hk);

@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // a few volatile loads an iteration, not one per use.
   struct KeyBlock {
     Seq s;
-    int k0, offset, first, per_head, n_iter, group, ts, hk;
+    int k0, hk;  // the first key (-1: past the end of the map) and the K/V head
   };
   __shared__ KeyBlock kb;
   __shared__ int4 iters;   // n_iter, per_head, first, hk * group
@@ -568,25 +568,23 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     int b = 0, ktile = -1;
     kb.k0 = -1;
     if (work_item(p, kmap, kcount, entry(p.heads_kv), fa::ceil_div(p.seqlen_k, kKeys), false, b, ktile)) {
-      kb.s = sequence(p, b);
-      kb.ts = kb.s.varlen ? qtile_start[b] : 0;
-      kb.k0 = ktile * kKeys;
-      kb.offset = kb.s.len_k - kb.s.len_q;
+      const Seq sq = sequence(p, b);
+      const int k0 = ktile * kKeys, offset = sq.len_k - sq.len_q, hk = head(p.heads_kv), group = p.heads_q / p.heads_kv;
+      kb.s = sq;
+      kb.k0 = k0;
+      kb.hk = hk;
       // The query tiles this key tile visits, for each head of the group: from the first that
       // sees any of its keys (causal) to the last. Iteration `it` is query tile first + it %
       // per_head of head hk * group + it / per_head.
-      kb.first = lesson11::first_query_tile(kb.k0, kb.offset, kRows, p.causal);
-      kb.per_head = max(0, fa::ceil_div(kb.s.len_q, kRows) - kb.first);
-      kb.group = p.heads_q / p.heads_kv;
-      kb.n_iter = kb.per_head * kb.group;
-      kb.hk = head(p.heads_kv);
-      iters = make_int4(kb.n_iter, kb.per_head, kb.first, kb.hk * kb.group);
-      bounds = make_int4(kb.s.len_q, kb.s.len_k, kb.offset, kb.k0);
-      origin[0] = q_offset(p.q_stride, kb.s, 0);
-      origin[1] = q_offset(p.do_stride, kb.s, 0);
-      origin[2] = lesson12::stat_row(kb.s.varlen, b, 0, 0, p.heads_q, stat_stride, kb.ts);
-      origin[3] = lse_index(p, kb.s, 0);
-      origin[4] = gate_index(p, kb.s, 0);
+      const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
+      const int per_head = max(0, fa::ceil_div(sq.len_q, kRows) - first);
+      iters = make_int4(per_head * group, per_head, first, hk * group);
+      bounds = make_int4(sq.len_q, sq.len_k, offset, k0);
+      origin[0] = q_offset(p.q_stride, sq, 0);
+      origin[1] = q_offset(p.do_stride, sq, 0);
+      origin[2] = lesson12::stat_row(sq.varlen, b, 0, 0, p.heads_q, stat_stride, sq.varlen ? qtile_start[b] : 0);
+      origin[3] = lse_index(p, sq, 0);
+      origin[4] = gate_index(p, sq, 0);
     }
   }
   __syncthreads();
@@ -866,8 +864,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   fa::cp_async_wait<0>();
 
   const int4 bd = fresh(bounds);
-  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, fresh(kb.hk));
-  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, fresh(kb.hk));
+  const int hk = fresh(kb.hk);
+  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, hk);
+  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, hk);
 #pragma unroll
   for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll

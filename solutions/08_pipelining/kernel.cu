@@ -265,7 +265,7 @@ void launch_config(const fa::AttnParams& p, cudaStream_t stream) {
   auto kernel = pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks>;
   static bool configured = false;  // the opt-in above 48 KB, once per kernel
   if (!configured) {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    fa::allow_smem(kernel, smem);
     configured = true;
   }
   const dim3 grid(fa::ceil_div(p.seqlen_q, c.rows), p.batch * p.heads_q);

@@ -419,7 +419,7 @@ void launch_attention(const fa::AttnParams& p, cudaStream_t stream) {
   auto kernel = rope_attention_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kRope>;
   static bool configured = false;  // the opt-in above 48 KB, once per kernel
   if (!configured) {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    fa::allow_smem(kernel, smem);
     configured = true;
   }
   const dim3 grid(fa::ceil_div(p.seqlen_q, c.rows), p.batch * p.heads_q);

@@ -449,7 +449,7 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
   auto kernel = hopper_kernel<T, D, kStep>;
   static bool configured = false;
   if (!configured) {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    fa::allow_smem(kernel, smem);
     configured = true;
   }
   const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
