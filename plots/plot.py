@@ -10,6 +10,10 @@
                                        # lesson 09's experiment (experiment.sh's CSV): time vs seqlen
                                        # per variant and head dim, beside the CSV as .png, and the
                                        # table of milliseconds for the lesson's README
+    python3 plots/plot.py --timeline trace.csv [more.csv ...]
+                                       # lesson 13's traces (FA_LESSON13_TRACE): one timeline figure
+                                       # per CSV, beside it as .png, and the table of cycles per key
+                                       # tile by phase (README, "The step table")
 
 The tables between <!-- results:begin --> and <!-- results:end --> in README.md are generated here,
 never typed. Where a CSV holds a case twice, the later row wins. Only fp16 rows are drawn and
@@ -293,7 +297,112 @@ def rope(path):
     print(f"wrote {png}")
 
 
+# ---- Lesson 13's timelines (FA_LESSON13_TRACE CSVs: step,sm,block,role,clock,phase,key) --------
+PHASE_STYLE = {  # colour, and the row's label in the legend
+    "setup": ("black", "set-up"), "rendezvous": ("silver", "rendezvous"), "wait_q": ("firebrick", "wait Q"),
+    "wait_kv": ("red", "wait K/V"), "wait_turn": ("plum", "wait turn"), "issue": ("navy", "issue wgmma"),
+    "wait_s": ("cornflowerblue", "wait S (tensor core)"), "softmax": ("darkorange", "softmax"),
+    "wait_pv": ("lightsteelblue", "wait P V (tensor core)"), "rescale": ("gold", "rescale O, pack P"),
+    "epilogue": ("green", "epilogue"), "copy_q": ("darkgreen", "copy Q"), "wait_empty": ("gainsboro", "wait empty stage"),
+    "copy_kv": ("mediumseagreen", "copy K/V"),
+}
+ROLES = ("producer", "warpgroup 1", "warpgroup 2")
+
+
+def trace_lanes(path):
+    """{(sm, role): [(clock, phase, key), ...]} over the blocks of each SM, in clock order."""
+    lanes, step = {}, None
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            step = r["step"]
+            lanes.setdefault((int(r["sm"]), int(r["role"])), []).append((int(r["clock"]), r["phase"], int(r["key"])))
+    if not lanes:
+        sys.exit(f"plots/plot.py: no trace records in {path} (run with FA_LESSON13_TRACE=FILE)")
+    for ev in lanes.values():
+        ev.sort()
+    return step, lanes
+
+
+def intervals(ev):
+    """(start, end, phase, key) for each record: a phase lasts until the lane's next record."""
+    return [(c, ev[i + 1][0], p, k) for i, (c, p, k) in enumerate(ev[:-1]) if p != "exit"]
+
+
+def per_key_tile(lanes):
+    """Cycles per key tile by consumer phase, over every consumer lane: {phase: cycles}, key tiles."""
+    total, tiles = {}, 0
+    for (sm, role), ev in lanes.items():
+        if role == 0:
+            continue
+        tiles += sum(1 for _, p, _ in ev if p == "softmax")
+        for a, b, p, _ in intervals(ev):
+            total[p] = total.get(p, 0) + (b - a)
+    return {p: t / max(tiles, 1) for p, t in total.items()}, tiles
+
+
+def windows(lanes):
+    """Two windows of warpgroup 1's records on the first SM: mid-tile (four key tiles from the
+    middle of its second work tile, or its first if it has one) and the boundary into its next work tile."""
+    sm = min(s for s, _ in lanes)
+    ev = lanes[(sm, 1)]
+    starts = [i for i, (_, p, _) in enumerate(ev) if p == "wait_q"]
+    t = starts[1] if len(starts) > 2 else starts[0]
+    end = starts[starts.index(t) + 1] if starts.index(t) + 1 < len(starts) else len(ev) - 1
+    soft = [i for i in range(t, end) if ev[i][1] == "softmax"]
+    mid = soft[len(soft) // 2:len(soft) // 2 + 5]
+    w_mid = (ev[mid[0]][0], ev[mid[-1]][0]) if len(mid) > 1 else (ev[t][0], ev[end][0])
+    nxt = [i for i in range(end, len(ev)) if ev[i][1] == "softmax"]
+    a = ev[soft[-3]][0] if len(soft) >= 3 else ev[t][0]
+    b = ev[nxt[2]][0] if len(nxt) > 2 else ev[-1][0]
+    return sm, w_mid, (a, b)
+
+
+def timeline(paths):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    for path in paths:
+        step, lanes = trace_lanes(path)
+        sm, w_mid, w_edge = windows(lanes)
+        fig, axes = plt.subplots(2, 1, figsize=(12, 4.6))
+        used = set()
+        for ax, (a, b), title in ((axes[0], w_mid, "inside a work tile"), (axes[1], w_edge, "from one work tile to the next")):
+            for role in range(3):
+                for s0, s1, p, _ in intervals(lanes.get((sm, role), [])):
+                    if s1 < a or s0 > b or p not in PHASE_STYLE:
+                        continue
+                    ax.broken_barh([((s0 - a) / 1e3, max(s1 - s0, 1) / 1e3)], (2 - role - 0.4, 0.8),
+                                   facecolors=PHASE_STYLE[p][0], edgecolor="none")
+                    used.add(p)
+            ax.set_yticks([2, 1, 0], ROLES)
+            ax.set_xlim(0, (b - a) / 1e3)
+            ax.set_title(f"step {step}, SM {sm}: {title}", fontsize=10, loc="left")
+        axes[1].set_xlabel("SM clock, thousands of cycles (each row: thread 0 of the warpgroup)")
+        order = [p for p in PHASE_STYLE if p in used]
+        fig.legend([Patch(color=PHASE_STYLE[p][0]) for p in order], [PHASE_STYLE[p][1] for p in order],
+                   loc="center right", fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0, 0.83, 1))
+        out = os.path.splitext(path)[0] + ".png"
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        print(f"wrote {out}")
+    print("\nCycles per key tile, consumer warpgroups (thread 0 of each), by phase:\n")
+    rows = [(path,) + per_key_tile(trace_lanes(path)[1]) for path in paths]
+    phases = [p for p in PHASE_STYLE if any(p in r[1] for r in rows)]
+    print("| trace | key tiles | " + " | ".join(PHASE_STYLE[p][1] for p in phases) + " | all |")
+    print("|---|--:|" + "--:|" * (len(phases) + 1))
+    for path, cyc, tiles in rows:
+        print(f"| {os.path.basename(path)} | {tiles} | " + " | ".join(f"{cyc.get(p, 0):.0f}" for p in phases)
+              + f" | {sum(cyc.values()):.0f} |")
+
+
 def main():
+    if sys.argv[1:2] == ["--timeline"]:
+        if len(sys.argv) < 3:
+            sys.exit("usage: plots/plot.py --timeline TRACE.csv [TRACE.csv ...]")
+        timeline(sys.argv[2:])
+        return
     if sys.argv[1:2] == ["--rope"]:
         if len(sys.argv) != 3:
             sys.exit("usage: plots/plot.py --rope FILE.csv")

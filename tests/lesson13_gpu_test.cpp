@@ -2,18 +2,83 @@
 // runs the default step in depth), and the persistent grid (step 4) with a few blocks only, so
 // that each block takes many work tiles: heavy and light causal ones, tails, heads of different
 // K/V heads and tiles that see no key. With one block per SM the suite's small shapes give each
-// block one tile, and what a block must reset or carry between tiles would go untested.
+// block one tile, and what a block must reset or carry between tiles would go untested. And the
+// traced kernel (trace.hpp), which draws the README's timelines: it must compute the same O, and
+// its records must account for every work tile and key tile once.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "check.hpp"
+#include "fa/cuda_check.hpp"
+#include "trace.hpp"
 
 void fa_lesson13_forward_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream);
+std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int step, int max_blocks, int capacity,
+                                                   cudaStream_t stream);
 
 namespace {
 int g_step = 0, g_blocks = 0;
 void forward_with_step(const fa::AttnParams& p, cudaStream_t stream) { fa_lesson13_forward_step(p, g_step, g_blocks, stream); }
+
+int g_capacity = 0;
+std::vector<lesson13::TraceLane> g_lanes;  // the last traced call's records
+void forward_traced(const fa::AttnParams& p, cudaStream_t stream) {
+  g_lanes = fa_lesson13_trace(p, g_step, g_blocks, g_capacity, stream);
+}
+
+// The key tiles work tile w visits, from the README's numbering (query tile fastest; causal, each
+// head's last query tile first; bottom-right aligned): the test's own statement of it.
+int key_tiles_of(const fa::test::Case& c, int w) {
+  const int n_qtiles = (c.seqlen_q + 127) / 128, rank = w % n_qtiles;
+  const int q0 = 128 * (c.causal ? n_qtiles - 1 - rank : rank);
+  int k_end = c.seqlen_k;
+  if (c.causal) k_end = std::min(c.seqlen_k, std::min(q0 + 128, c.seqlen_q) + c.seqlen_k - c.seqlen_q);
+  return k_end > 0 ? (k_end + 127) / 128 : 0;
+}
+
+// What a lane's records must say, whatever the timing: it starts with setup and ends with exit, its
+// clock never runs backwards, and each work tile it takes (copy_q for the producer, wait_q for a
+// consumer) is followed by that tile's key tiles 0, 1, ... in order, once each (copy_kv for the
+// producer, softmax for a consumer), and, for a consumer, one epilogue. Returns the first
+// violation, or "" and adds the lane's work tiles to `seen`.
+std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, std::map<int, int>& seen) {
+  namespace ph = lesson13::phase;
+  const auto& ev = l.events;
+  const std::string where = "block " + std::to_string(l.block) + ", warpgroup " + std::to_string(l.role) + ": ";
+  if (ev.size() < 2 || ev.front().phase != ph::kSetup || ev.back().phase != ph::kExit) return where + "not setup ... exit";
+  for (size_t i = 1; i < ev.size(); ++i)
+    if (ev[i].clock < ev[i - 1].clock) return where + "the clock runs backwards at record " + std::to_string(i);
+  const int start = l.role == 0 ? ph::kCopyQ : ph::kWaitQ, per_key = l.role == 0 ? ph::kCopyKV : ph::kSoftmax;
+  int work = -1, next_key = 0, epilogues = 0;
+  auto close = [&]() -> std::string {
+    if (work < 0) return "";
+    if (next_key != key_tiles_of(c, work))
+      return where + "work tile " + std::to_string(work) + " visited " + std::to_string(next_key) + " key tiles, not " +
+             std::to_string(key_tiles_of(c, work));
+    if (l.role != 0 && epilogues != 1) return where + "work tile " + std::to_string(work) + " had " + std::to_string(epilogues) + " epilogues";
+    ++seen[work];
+    return "";
+  };
+  for (const lesson13::TraceEvent& e : ev) {
+    if (e.phase < 0 || e.phase >= ph::kCount) return where + "a record of phase " + std::to_string(e.phase);
+    if (e.phase == start) {
+      if (std::string bad = close(); !bad.empty()) return bad;
+      work = e.key;
+      next_key = epilogues = 0;
+    } else if (e.phase == per_key) {
+      if (work < 0 || e.key != next_key) return where + "key tile " + std::to_string(e.key) + " out of order";
+      ++next_key;
+    } else if (e.phase == ph::kEpilogue) {
+      ++epilogues;
+    }
+  }
+  return close();
+}
 }  // namespace
 
 TEST_CASE("lesson13: every step of the schedule matches the reference") {
@@ -92,5 +157,63 @@ TEST_CASE("lesson13: a batch above 65535 runs on the persistent grid and is reje
   FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
   g_step = 3;
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "at most 65535"));
+  g_step = 4;
+}
+
+TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accounts for every work tile and key tile once") {
+  fa::LessonInfo lesson = fa::test::lesson_under_test();
+  lesson.forward = &forward_traced;
+  g_capacity = 1 << 12;
+  for (int step = 1; step <= 4; ++step)
+    for (int blocks : {0, 2}) {
+      if (step < 4 && blocks > 0) continue;  // the cap is the persistent grid's
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
+          fa::test::Case c;
+          c.batch = 2;
+          c.heads_q = 3;
+          c.seqlen_q = 300;
+          c.seqlen_k = 400;
+          c.head_dim = d;
+          c.causal = causal;
+          g_step = step;
+          g_blocks = blocks;
+          g_lanes.clear();
+          INFO("step ", step, ", ", blocks, " blocks");
+          FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
+          const int n_work = 2 * 3 * 3;
+          const size_t expect_lanes = 3 * size_t(step < 4 ? n_work : blocks > 0 ? blocks : std::min(n_work, fa::current_device().sm_count));
+          REQUIRE(g_lanes.size() == expect_lanes);
+          for (int role = 0; role < 3; ++role) {
+            std::map<int, int> seen;  // work tile -> how many lanes of this role took it
+            for (const lesson13::TraceLane& l : g_lanes)
+              if (l.role == role) {
+                const std::string bad = check_lane(c, l, seen);
+                CHECK_MESSAGE(bad.empty(), bad);
+              }
+            CHECK(seen.size() == size_t(n_work));
+            for (const auto& [w, n] : seen) CHECK_MESSAGE((w >= 0 && w < n_work && n == 1), "work tile ", w, " taken ", n, " times");
+          }
+        }
+    }
+  g_step = 4;
+  g_blocks = 0;
+}
+
+TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
+  fa::LessonInfo lesson = fa::test::lesson_under_test();
+  lesson.forward = &forward_traced;
+  fa::test::Case c;
+  c.seqlen_q = c.seqlen_k = 300;
+  g_step = 2;
+  g_blocks = 0;
+  g_capacity = 8;  // a consumer warpgroup records about 8 events per key tile: 3 key tiles do not fit
+  const fa::test::Outcome over = fa::test::check_forward(lesson, c);
+  CHECK_FALSE(over.ok);
+  CHECK_MESSAGE(over.text.find("more than the capacity of 8") != std::string::npos, over.text);
+  g_capacity = 1 << 12;
+  c.dtype = fa::DType::kBF16;
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "fp16 only"));
   g_step = 4;
 }

@@ -19,13 +19,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
+#include "trace.hpp"
 #include "wgmma.hpp"
 #include "wgmma_ops.cuh"
 
@@ -107,6 +110,11 @@ __device__ __forceinline__ void named_arrive(int id, int count) {
   __syncwarp();
   asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+__device__ __forceinline__ int sm_id() {
+  int id;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));
+  return id;
+}
 
 // ---- Work tiles ------------------------------------------------------------------------------------
 // A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
@@ -147,11 +155,15 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
 // take the next tile's rows; and the producer has written the next tile's number in a work slot
 // before it, so after it the warpgroup reads it. Two work slots, alternating: the slot of tile t + 2
 // is written after the rendezvous of tile t + 1, which each warpgroup reaches after reading tile t's.
+//
+// kTrace (trace.hpp): thread 0 of each warpgroup records the SM's clock at every change of phase
+// (mark below); the other instantiations compile the marks away.
 constexpr int kRendezvousThreads = 128 + 32;
-template <class T, int D, int kStep>
+template <class T, int D, int kStep, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                  const __grid_constant__ CUtensorMap tv, int64_t n_work, unsigned long long* counter) {
+                  const __grid_constant__ CUtensorMap tv, int64_t n_work, unsigned long long* counter,
+                  const lesson13::TraceSink trace) {
   constexpr int kStages = stages_of(kStep, D);
   constexpr bool kPersistent = kStep >= 4;
   using S = Smem<D, kStages>;
@@ -166,6 +178,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int offset = p.seqlen_k - p.seqlen_q;
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  namespace ph = lesson13::phase;
+  [[maybe_unused]] int n_marks = 0;
+  auto mark = [&](int phase, int64_t key) {
+    if constexpr (kTrace) {
+      if (tid == 0) {
+        const int64_t block = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+        const int64_t lane = 3 * block + wg;
+        if (n_marks < trace.capacity) trace.events[lane * trace.capacity + n_marks] = {clock64(), phase, int(key & INT_MAX)};
+        ++n_marks;
+        if (phase == ph::kExit) {
+          trace.counts[lane] = n_marks;
+          trace.sms[lane] = sm_id();
+        }
+      }
+    }
+  };
+  mark(ph::kSetup, 0);
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);  // the producer's arrive, with Q's bytes
     for (int s = 0; s < kStages; ++s) {
@@ -185,6 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) work_slot[0] = w;
       int64_t kv = 0;  // K/V tiles loaded so far: the ring's running count, across work tiles
       for (int iter = 0;; ++iter) {
+        mark(ph::kRendezvous, 0);
         named_sync(1, kRendezvousThreads);  // both warpgroups are done with Q and know tile w
         named_sync(2, kRendezvousThreads);
         if (w >= n_work) break;
@@ -192,12 +222,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tid == 0) {
           const Tile tl = tile_of(p, w);
           const int qz = tl.b * p.heads_q + tl.h, kz = tl.b * p.heads_kv + tl.hk;
+          mark(ph::kCopyQ, w);
           mbar_expect_tx(q_full, S::q_bytes);
           for (int c = 0; c < D / kBlockCols; ++c) tma_load(q_addr + c * kRows * 128, &tq, q_full, c * kBlockCols, tl.q0, qz);
           for (int j = 0; j < tl.n_tiles; ++j, ++kv) {
             const int s = int(kv % kStages);
             // TODO(5): before reusing stage s (kv >= kStages), wait for the consumers' release of the
             //   tile it held, kv - kStages: completion number kv / kStages - 1 of empty[s].
+            mark(ph::kWaitEmpty, j);
+            mark(ph::kCopyKV, j);
             mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
             for (int c = 0; c < D / kBlockCols; ++c) {
               tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
@@ -211,6 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         w = __shfl_sync(0xffffffffu, next, 0);
       }
     }
+    mark(ph::kExit, 0);
     return;
   }
 
@@ -300,10 +334,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!(last && wg == 2)) named_arrive(other_turn, 256);
   };
 
+  mark(ph::kRendezvous, 0);
   named_sync(wg, kRendezvousThreads);
   int64_t work = work_slot[0];
   for (int iter = 0; work < n_work; ++iter) {
     tl = tile_of(p, work);
+    mark(ph::kWaitQ, work);
     mbar_wait(q_full, iter & 1);  // Q is in
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -316,38 +352,57 @@ __global__ void __launch_bounds__(kThreads, 1)
       float alpha[2];
       if constexpr (kStep == 1) {
         for (int j = 0; j < n; ++j) {
+          mark(ph::kWaitKV, j);
           wait_full(kv + j);
+          mark(ph::kIssue, j);
           lesson13::wgmma_fence();
           issue_s(kv + j);
+          mark(ph::kWaitS, j);
           lesson13::wgmma_wait<0>();
+          mark(ph::kSoftmax, j);
           softmax(j, alpha);
+          mark(ph::kRescale, j);
           rescale_o(alpha);
           pack_p();
+          mark(ph::kIssue, j);
           lesson13::wgmma_fence();
           issue_pv(kv + j);
+          mark(ph::kWaitPV, j);
           lesson13::wgmma_wait<0>();
           release(kv + j);
         }
       } else {
         // Key tile 0: S, then its softmax; its P V waits for the next phase.
+        mark(ph::kWaitKV, 0);
         wait_full(kv);
+        mark(ph::kWaitTurn, 0);
         take_turn();
+        mark(ph::kIssue, 0);
         lesson13::wgmma_fence();
         issue_s(kv);
         pass_turn(false);
+        mark(ph::kWaitS, 0);
         lesson13::wgmma_wait<0>();
+        mark(ph::kSoftmax, 0);
         softmax(0, alpha);  // O is still 0: nothing to rescale
         pack_p();
         for (int j = 1; j < n; ++j) {
+          mark(ph::kWaitKV, j);
           wait_full(kv + j);
+          mark(ph::kWaitTurn, j);
           take_turn();
+          mark(ph::kIssue, j);
           lesson13::wgmma_fence();
           issue_s(kv + j);       // S_j = Q K_j^T
           issue_pv(kv + j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
           pass_turn(false);
+          mark(ph::kWaitS, j);
           lesson13::wgmma_wait<1>();  // S_j is done; P V may still run
+          mark(ph::kSoftmax, j);
           softmax(j, alpha);          // ... under it: this is the overlap
+          mark(ph::kWaitPV, j - 1);
           lesson13::wgmma_wait<0>();  // P V done: O may change, stage of j - 1 is free
+          mark(ph::kRescale, j);
           release(kv + j - 1);
           rescale_o(alpha);
           pack_p();
@@ -356,14 +411,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Every Q K^T of this work tile is done: meet the producer (Q's buffer may take the next
     // tile's rows) and learn the next tile.
+    mark(ph::kRendezvous, 0);
     named_sync(wg, kRendezvousThreads);
     const int64_t next = work_slot[(iter + 1) & 1];
     if constexpr (kStep >= 2) {
       if (n > 0) {
+        mark(ph::kWaitTurn, n - 1);
         take_turn();
+        mark(ph::kIssue, n - 1);
         lesson13::wgmma_fence();
         issue_pv(kv + n - 1);
         pass_turn(true);
+        mark(ph::kWaitPV, n - 1);
         lesson13::wgmma_wait<0>();
         release(kv + n - 1);
       }
@@ -371,6 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     kv = (kv + n) % (2 * kStages);
 
     // O / l and the LSE (natural log), O = 0 and LSE = +inf for rows that see no key.
+    mark(ph::kEpilogue, 0);
     T* obase = static_cast<T*>(p.o) + tl.b * p.o_stride.batch + tl.h * p.o_stride.head;
     const int64_t bh = int64_t(tl.b) * p.heads_q + tl.h;
 #pragma unroll
@@ -390,6 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     work = next;
   }
+  mark(ph::kExit, 0);
 }
 
 // ---- Host: tensor maps and the launch ------------------------------------------------------------
@@ -426,11 +487,17 @@ CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, in
   return map;
 }
 
-template <class T, int D, int kStep>
-void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t stream) {
+// Blocks a launch of this step and shape takes (steps 1-3: one per work tile; 4: one per SM).
+int64_t blocks_of(const fa::AttnParams& p, int step, int max_blocks, int sm_count) {
+  const int64_t n_work = int64_t(fa::ceil_div(p.seqlen_q, kRows)) * p.heads_q * p.batch;
+  return step < 4 ? n_work : std::min<int64_t>(n_work, max_blocks > 0 ? max_blocks : sm_count);
+}
+
+template <class T, int D, int kStep, bool kTrace>
+void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t stream, const lesson13::TraceSink& trace) {
   constexpr int smem = Smem<D, stages_of(kStep, D)>::total;
   static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
-  auto kernel = hopper_kernel<T, D, kStep>;
+  auto kernel = hopper_kernel<T, D, kStep, kTrace>;
   static bool configured = false;
   if (!configured) {
     fa::allow_smem(kernel, smem);
@@ -443,24 +510,25 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
   const int64_t n_work = int64_t(n_qtiles) * p.heads_q * p.batch;
   if constexpr (kStep < 4) {
     const dim3 grid(n_qtiles, p.heads_q, p.batch);
-    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, nullptr);
+    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, nullptr, trace);
     FA_CHECK_LAUNCH();
   } else {
     // One block per SM (one fits: shared memory and registers), each looping over work tiles;
     // the counter hands out the tiles after the first gridDim.x, so it starts at zero.
-    const int blocks = int(std::min<int64_t>(n_work, max_blocks > 0 ? max_blocks : sm_count));
+    const int blocks = int(blocks_of(p, 4, max_blocks, sm_count));
     unsigned long long* counter = nullptr;
     FA_CUDA_CHECK(cudaMallocAsync(&counter, sizeof(*counter), stream));
     FA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(*counter), stream));
-    kernel<<<blocks, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, counter);
+    kernel<<<blocks, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, counter, trace);
     FA_CHECK_LAUNCH();
     FA_CUDA_CHECK(cudaFreeAsync(counter, stream));
   }
 }
 
 // The one path of forward() and of the tests: step `step` of the schedule, the persistent grid
-// (step 4) capped at max_blocks blocks (0: one per SM).
-void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream) {
+// (step 4) capped at max_blocks blocks (0: one per SM); with a trace sink, the traced kernel
+// (fp16 only: one dtype is enough to see the schedule, and it halves the traced instantiations).
+void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream, const lesson13::TraceSink* trace = nullptr) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);
   fa::throw_if_todos_left("13_hopper", kTodosLeft);
   if (step < 1 || step > 4) throw fa::InvalidArgument("lesson 13_hopper: the schedule has steps 1 to 4, not " + std::to_string(step));
@@ -474,12 +542,16 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
   const fa::DeviceInfo& dev = fa::current_device();
   if (dev.sm != 90)  // wgmma and setmaxnreg exist on sm_90a alone
     throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(dev.sm));
+  if (trace && p.dtype != fa::DType::kF16) throw fa::InvalidArgument("lesson 13_hopper: the trace runs fp16 only");
   auto go = [&](auto step_tag) {
     constexpr int kStep = decltype(step_tag)::value;
-    if (p.head_dim == 64) {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep>(p, dev.sm_count, max_blocks, stream)));
+    if (trace) {
+      if (p.head_dim == 64) launch<__half, 64, kStep, true>(p, dev.sm_count, max_blocks, stream, *trace);
+      else launch<__half, 128, kStep, true>(p, dev.sm_count, max_blocks, stream, *trace);
+    } else if (p.head_dim == 64) {
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep, false>(p, dev.sm_count, max_blocks, stream, {})));
     } else {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep>(p, dev.sm_count, max_blocks, stream)));
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep, false>(p, dev.sm_count, max_blocks, stream, {})));
     }
   };
   switch (step) {
@@ -488,6 +560,81 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
     case 3: go(std::integral_constant<int, 3>{}); break;
     default: go(std::integral_constant<int, 4>{}); break;
   }
+}
+
+// The traced run: launches the traced kernel, waits for it, and reads every warpgroup's records
+// back. Throws if a warpgroup recorded more than `capacity` events (none is dropped silently).
+std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, int max_blocks, int capacity, cudaStream_t stream) {
+  if (capacity < 1) throw fa::InvalidArgument("lesson 13_hopper: the trace needs a capacity >= 1 event per warpgroup");
+  const int64_t lanes = 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
+  lesson13::TraceSink sink;
+  sink.capacity = capacity;
+  FA_CUDA_CHECK(cudaMalloc(&sink.events, sizeof(lesson13::TraceEvent) * size_t(lanes) * size_t(capacity)));
+  FA_CUDA_CHECK(cudaMalloc(&sink.counts, sizeof(int) * size_t(lanes)));
+  FA_CUDA_CHECK(cudaMalloc(&sink.sms, sizeof(int) * size_t(lanes)));
+  std::vector<lesson13::TraceEvent> events(size_t(lanes) * size_t(capacity));
+  std::vector<int> counts(size_t(lanes), -1), sms(size_t(lanes), -1);
+  auto release = [&] {
+    cudaFree(sink.events);
+    cudaFree(sink.counts);
+    cudaFree(sink.sms);
+  };
+  try {
+    FA_CUDA_CHECK(cudaMemsetAsync(sink.counts, 0xff, sizeof(int) * size_t(lanes), stream));  // -1: never written
+    run_step(p, step, max_blocks, stream, &sink);
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    FA_CUDA_CHECK(cudaMemcpy(events.data(), sink.events, sizeof(lesson13::TraceEvent) * events.size(), cudaMemcpyDeviceToHost));
+    FA_CUDA_CHECK(cudaMemcpy(counts.data(), sink.counts, sizeof(int) * counts.size(), cudaMemcpyDeviceToHost));
+    FA_CUDA_CHECK(cudaMemcpy(sms.data(), sink.sms, sizeof(int) * sms.size(), cudaMemcpyDeviceToHost));
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  std::vector<lesson13::TraceLane> out(static_cast<size_t>(lanes));
+  for (int64_t i = 0; i < lanes; ++i) {
+    const int n = counts[size_t(i)];
+    if (n < 0) throw fa::Error("lesson 13_hopper: trace lane " + std::to_string(i) + " never reached its end");
+    if (n > capacity)
+      throw fa::Error("lesson 13_hopper: block " + std::to_string(i / 3) + ", warpgroup " + std::to_string(i % 3) + " recorded " +
+                      std::to_string(n) + " trace events, more than the capacity of " + std::to_string(capacity) +
+                      " (raise FA_LESSON13_TRACE_EVENTS)");
+    lesson13::TraceLane& l = out[size_t(i)];
+    l.block = i / 3;
+    l.role = int(i % 3);
+    l.sm = sms[size_t(i)];
+    l.events.assign(events.begin() + i * capacity, events.begin() + i * capacity + n);
+  }
+  return out;
+}
+
+int env_int(const char* name, int fallback, int lo) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (end == e || *end != '\0' || v < lo || v > INT_MAX)
+    throw fa::InvalidArgument(std::string("lesson 13_hopper: ") + name + " must be an integer >= " + std::to_string(lo) + ", not '" + e + "'");
+  return int(v);
+}
+
+// FA_LESSON13_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks that
+// ran on SMs 0 .. FA_LESSON13_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
+// step,sm,block,role,clock,phase,key. plots/plot.py --timeline draws them. Not for timing: the
+// call waits for the kernel and copies the records back.
+void write_trace(const fa::AttnParams& p, int step, const std::string& path, cudaStream_t stream) {
+  const int capacity = env_int("FA_LESSON13_TRACE_EVENTS", 1 << 14, 1);
+  const int sms = env_int("FA_LESSON13_TRACE_SMS", 2, 1);
+  const std::vector<lesson13::TraceLane> lanes = run_traced(p, step, 0, capacity, stream);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw fa::Error("lesson 13_hopper: cannot write the trace to '" + path + "'");
+  std::fprintf(f, "step,sm,block,role,clock,phase,key\n");
+  for (const lesson13::TraceLane& l : lanes)
+    if (l.sm < sms)
+      for (const lesson13::TraceEvent& e : l.events)
+        std::fprintf(f, "%d,%d,%lld,%d,%lld,%s,%d\n", step, l.sm, static_cast<long long>(l.block), l.role, e.clock,
+                     lesson13::phase_name(e.phase), e.key);
+  if (std::fclose(f) != 0) throw fa::Error("lesson 13_hopper: writing the trace to '" + path + "' failed");
 }
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
@@ -499,10 +646,18 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
       throw fa::InvalidArgument("lesson 13_hopper: FA_LESSON13_STEP must be 1, 2, 3 or 4, not '" + v + "'");
     step = v[0] - '0';
   }
-  run_step(p, step, 0, stream);
+  if (const char* path = std::getenv("FA_LESSON13_TRACE")) write_trace(p, step, path, stream);
+  else run_step(p, step, 0, stream);
 }
 
 }  // namespace
+
+// The traced kernel's records, every block's three warpgroups (lane = block * 3 + warpgroup), for
+// the lesson's GPU test; `capacity` events at most per warpgroup, else it throws.
+std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int step, int max_blocks, int capacity,
+                                                   cudaStream_t stream) {
+  return run_traced(p, step, max_blocks, capacity, stream);
+}
 
 // Runs one step of the schedule, the persistent grid capped at max_blocks blocks (0: one per SM):
 // the lesson's GPU tests run every step, and step 4 with blocks that take many work tiles each.
