@@ -42,10 +42,12 @@ int key_tiles_of(const fa::test::Case& c, int w) {
 }
 
 // What a lane's records must say, whatever the timing: it starts with setup and ends with exit, its
-// clock never runs backwards, and each work tile it takes (copy_q for the producer, wait_q for a
-// consumer) is followed by that tile's key tiles 0, 1, ... in order, once each (copy_kv for the
-// producer, softmax for a consumer), and, for a consumer, one epilogue. Returns the first
-// violation, or "" and adds the lane's work tiles to `seen`.
+// clock never runs backwards, and it visits each work tile's key tiles 0, 1, ... in order, once
+// each. A consumer's work tile (wait_q) is followed by its key tiles (softmax) and one epilogue.
+// The producer copies a tile's Q (copy_q) after the rendezvous, and step 4's producer some of its
+// first key tiles (copy_kv) before it: its copy_kv keys, in order, are each tile's 0 .. n - 1,
+// tile after tile in the order of its copy_q records. Returns the first violation, or "" and adds
+// the lane's work tiles to `seen`.
 std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, std::map<int, int>& seen) {
   namespace ph = lesson13::phase;
   const auto& ev = l.events;
@@ -53,24 +55,38 @@ std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, st
   if (ev.size() < 2 || ev.front().phase != ph::kSetup || ev.back().phase != ph::kExit) return where + "not setup ... exit";
   for (size_t i = 1; i < ev.size(); ++i)
     if (ev[i].clock < ev[i - 1].clock) return where + "the clock runs backwards at record " + std::to_string(i);
-  const int start = l.role == 0 ? ph::kCopyQ : ph::kWaitQ, per_key = l.role == 0 ? ph::kCopyKV : ph::kSoftmax;
+  for (const lesson13::TraceEvent& e : ev)
+    if (e.phase < 0 || e.phase >= ph::kCount) return where + "a record of phase " + std::to_string(e.phase);
+  if (l.role == 0) {
+    std::vector<int> want, got;
+    for (const lesson13::TraceEvent& e : ev)
+      if (e.phase == ph::kCopyQ) {
+        for (int j = 0; j < key_tiles_of(c, e.key); ++j) want.push_back(j);
+        ++seen[e.key];
+      } else if (e.phase == ph::kCopyKV) {
+        got.push_back(e.key);
+      }
+    if (got != want)
+      return where + "copied " + std::to_string(got.size()) + " key tiles where its work tiles have " + std::to_string(want.size()) +
+             ", or out of order";
+    return "";
+  }
   int work = -1, next_key = 0, epilogues = 0;
   auto close = [&]() -> std::string {
     if (work < 0) return "";
     if (next_key != key_tiles_of(c, work))
       return where + "work tile " + std::to_string(work) + " visited " + std::to_string(next_key) + " key tiles, not " +
              std::to_string(key_tiles_of(c, work));
-    if (l.role != 0 && epilogues != 1) return where + "work tile " + std::to_string(work) + " had " + std::to_string(epilogues) + " epilogues";
+    if (epilogues != 1) return where + "work tile " + std::to_string(work) + " had " + std::to_string(epilogues) + " epilogues";
     ++seen[work];
     return "";
   };
   for (const lesson13::TraceEvent& e : ev) {
-    if (e.phase < 0 || e.phase >= ph::kCount) return where + "a record of phase " + std::to_string(e.phase);
-    if (e.phase == start) {
+    if (e.phase == ph::kWaitQ) {
       if (std::string bad = close(); !bad.empty()) return bad;
       work = e.key;
       next_key = epilogues = 0;
-    } else if (e.phase == per_key) {
+    } else if (e.phase == ph::kSoftmax) {
       if (work < 0 || e.key != next_key) return where + "key tile " + std::to_string(e.key) + " out of order";
       ++next_key;
     } else if (e.phase == ph::kEpilogue) {

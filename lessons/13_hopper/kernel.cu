@@ -42,7 +42,7 @@ constexpr int kThreads = 384;   // 3 warpgroups
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
 const fa::TodoList kTodosLeft = {
-    "TODO(5) in kernel.cu: before reusing stage s (kv >= kStages), wait for the consumers' release of the",
+    "TODO(5) in kernel.cu: before reusing stage s (reused), wait for the consumers' release of the tile it",
     "TODO(6) in kernel.cu: -inf where key col is not visible from row i (lesson13::acc_element gives both).",
     "TODO(7) in kernel.cu: pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).",
 };
@@ -183,9 +183,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto mark = [&](int phase, int64_t key) {
     if constexpr (kTrace) {
       if (tid == 0) {
-        const int64_t block = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-        const int64_t lane = 3 * block + wg;
-        if (n_marks < trace.capacity) trace.events[lane * trace.capacity + n_marks] = {clock64(), phase, int(key & INT_MAX)};
+        // 32-bit indices (the producer has 40 registers): the host checks lanes x capacity < 2^31.
+        const int lane = 3 * int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) + wg;
+        if (n_marks < trace.capacity) trace.events[lane * trace.capacity + n_marks] = {clock64(), phase, int(key) & INT_MAX};
         ++n_marks;
         if (phase == ph::kExit) {
           trace.counts[lane] = n_marks;
@@ -211,8 +211,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_dec<40>();
     if (tid < 32) {
       int64_t w = kPersistent ? int64_t(blockIdx.x) : blockIdx.x + gridDim.x * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-      if (tid == 0) work_slot[0] = w;
-      int64_t kv = 0;  // K/V tiles loaded so far: the ring's running count, across work tiles
+      // The ring's next position, counted across work tiles modulo 2 kStages, as the consumers
+      // count it: its stage is kv % kStages and its round's parity kv / kStages. (A running 64-bit
+      // count would cost the producer, with its 40 registers, one more.)
+      int kv = 0;
+      bool reused = false;  // past the first kStages copies: the next stage held a tile before
+      // What the producer keeps of a work tile: its Q rows, its (batch, head) for Q and for K/V, and
+      // how many key tiles it visits.
+      struct Copies {
+        int q0, qz, kz, n_tiles;
+      };
+      auto copies_of = [&](int64_t work) {
+        const Tile t = tile_of(p, work);
+        return Copies{t.q0, t.b * p.heads_q + t.h, t.b * p.heads_kv + t.hk, t.n_tiles};
+      };
+      // Key tile j of a work tile (K/V head kz) into the ring's next stage, once the consumers have freed it.
+      auto copy_kv = [&](int kz, int j) {
+        const int s = kv % kStages;
+        // TODO(5): before reusing stage s (reused), wait for the consumers' release of the tile it
+        //   held, one round ago: the phase of empty[s] whose parity is the previous round's.
+        mark(ph::kWaitEmpty, j);
+        mark(ph::kCopyKV, j);
+        mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
+        for (int c = 0; c < D / kBlockCols; ++c) {
+          tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+          tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
+        }
+        kv = (kv + 1) % (2 * kStages);
+        reused = reused || kv == kStages;
+      };
+      Copies c{};
+      int early = 0;  // key tiles of tile w already copied before its rendezvous (step 4)
+      if (tid == 0) {
+        work_slot[0] = w;
+        if (w < n_work) c = copies_of(w);
+      }
       for (int iter = 0;; ++iter) {
         mark(ph::kRendezvous, 0);
         named_sync(1, kRendezvousThreads);  // both warpgroups are done with Q and know tile w
@@ -220,26 +253,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (w >= n_work) break;
         int64_t next = n_work;
         if (tid == 0) {
-          const Tile tl = tile_of(p, w);
-          const int qz = tl.b * p.heads_q + tl.h, kz = tl.b * p.heads_kv + tl.hk;
           mark(ph::kCopyQ, w);
           mbar_expect_tx(q_full, S::q_bytes);
-          for (int c = 0; c < D / kBlockCols; ++c) tma_load(q_addr + c * kRows * 128, &tq, q_full, c * kBlockCols, tl.q0, qz);
-          for (int j = 0; j < tl.n_tiles; ++j, ++kv) {
-            const int s = int(kv % kStages);
-            // TODO(5): before reusing stage s (kv >= kStages), wait for the consumers' release of the
-            //   tile it held, kv - kStages: completion number kv / kStages - 1 of empty[s].
-            mark(ph::kWaitEmpty, j);
-            mark(ph::kCopyKV, j);
-            mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
-            for (int c = 0; c < D / kBlockCols; ++c) {
-              tma_load(k_addr + s * S::kv_bytes + c * kKeys * 128, &tk, full + 8 * s, c * kBlockCols, j * kKeys, kz);
-              tma_load(v_addr + s * S::kv_bytes + c * kKeys * 128, &tv, full + 8 * s, c * kBlockCols, j * kKeys, kz);
-            }
-          }
+          for (int cb = 0; cb < D / kBlockCols; ++cb) tma_load(q_addr + cb * kRows * 128, &tq, q_full, cb * kBlockCols, c.q0, c.qz);
+          for (int j = early; j < c.n_tiles; ++j) copy_kv(c.kz, j);
           // The next work tile: the counter's next value (step 4), or none (one tile a block).
           if (kPersistent) next = int64_t(gridDim.x) + int64_t(atomicAdd(counter, 1ull));
           work_slot[(iter + 1) & 1] = next;
+          // Its first key tiles go into the ring now, before the rendezvous: only Q's buffer must
+          // wait for it. Their stages held this tile's key tiles n - kStages .. n - 3, which the
+          // consumers release before their last softmax; n - 2's comes just before the rendezvous
+          // (waiting for it here would hold the consumers there), and n - 1's after it.
+          early = 0;
+          if (next < n_work) {
+            c = copies_of(next);
+            for (; early < min(c.n_tiles, kStages - 2); ++early) copy_kv(c.kz, early);
+          }
         }
         w = __shfl_sync(0xffffffffu, next, 0);
       }
@@ -567,6 +596,9 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
 std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, int max_blocks, int capacity, cudaStream_t stream) {
   if (capacity < 1) throw fa::InvalidArgument("lesson 13_hopper: the trace needs a capacity >= 1 event per warpgroup");
   const int64_t lanes = 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
+  if (lanes * capacity > INT_MAX)  // the kernel indexes the records with 32-bit integers
+    throw fa::InvalidArgument("lesson 13_hopper: the trace needs " + std::to_string(lanes) + " warpgroups x " + std::to_string(capacity) +
+                              " events, over 2^31 records: trace a smaller problem or lower FA_LESSON13_TRACE_EVENTS");
   lesson13::TraceSink sink;
   sink.capacity = capacity;
   FA_CUDA_CHECK(cudaMalloc(&sink.events, sizeof(lesson13::TraceEvent) * size_t(lanes) * size_t(capacity)));
