@@ -362,8 +362,10 @@ def timeline(paths):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    rows = []  # for the table: (path, cycles per key tile by phase, key tiles)
     for path in paths:
         step, lanes = trace_lanes(path)
+        rows.append((path,) + per_key_tile(lanes))
         sm, w_mid, w_edge = windows(lanes)
         fig, axes = plt.subplots(2, 1, figsize=(12, 4.6))
         used = set()
@@ -388,7 +390,6 @@ def timeline(paths):
         plt.close(fig)
         print(f"wrote {out}")
     print("\nCycles per key tile, consumer warpgroups (thread 0 of each), by phase:\n")
-    rows = [(path,) + per_key_tile(trace_lanes(path)[1]) for path in paths]
     phases = [p for p in PHASE_STYLE if any(p in r[1] for r in rows)]
     print("| trace | key tiles | " + " | ".join(PHASE_STYLE[p][1] for p in phases) + " | all |")
     print("|---|--:|" + "--:|" * (len(phases) + 1))

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
@@ -516,9 +517,12 @@ CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, in
   return map;
 }
 
+// Work tiles: kRows query rows of one (batch, head) each.
+int64_t work_tiles(const fa::AttnParams& p) { return int64_t(fa::ceil_div(p.seqlen_q, kRows)) * p.heads_q * p.batch; }
+
 // Blocks a launch of this step and shape takes (steps 1-3: one per work tile; 4: one per SM).
 int64_t blocks_of(const fa::AttnParams& p, int step, int max_blocks, int sm_count) {
-  const int64_t n_work = int64_t(fa::ceil_div(p.seqlen_q, kRows)) * p.heads_q * p.batch;
+  const int64_t n_work = work_tiles(p);
   return step < 4 ? n_work : std::min<int64_t>(n_work, max_blocks > 0 ? max_blocks : sm_count);
 }
 
@@ -535,10 +539,9 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
   const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
   const CUtensorMap tk = make_map(p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = make_map(p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
-  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
-  const int64_t n_work = int64_t(n_qtiles) * p.heads_q * p.batch;
+  const int64_t n_work = work_tiles(p);
   if constexpr (kStep < 4) {
-    const dim3 grid(n_qtiles, p.heads_q, p.batch);
+    const dim3 grid(fa::ceil_div(p.seqlen_q, kRows), p.heads_q, p.batch);
     kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, nullptr, trace);
     FA_CHECK_LAUNCH();
   } else {
@@ -599,30 +602,18 @@ std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, i
   if (lanes * capacity > INT_MAX)  // the kernel indexes the records with 32-bit integers
     throw fa::InvalidArgument("lesson 13_hopper: the trace needs " + std::to_string(lanes) + " warpgroups x " + std::to_string(capacity) +
                               " events, over 2^31 records: trace a smaller problem or lower FA_LESSON13_TRACE_EVENTS");
-  lesson13::TraceSink sink;
-  sink.capacity = capacity;
-  FA_CUDA_CHECK(cudaMalloc(&sink.events, sizeof(lesson13::TraceEvent) * size_t(lanes) * size_t(capacity)));
-  FA_CUDA_CHECK(cudaMalloc(&sink.counts, sizeof(int) * size_t(lanes)));
-  FA_CUDA_CHECK(cudaMalloc(&sink.sms, sizeof(int) * size_t(lanes)));
-  std::vector<lesson13::TraceEvent> events(size_t(lanes) * size_t(capacity));
-  std::vector<int> counts(size_t(lanes), -1), sms(size_t(lanes), -1);
-  auto release = [&] {
-    cudaFree(sink.events);
-    cudaFree(sink.counts);
-    cudaFree(sink.sms);
-  };
-  try {
-    FA_CUDA_CHECK(cudaMemsetAsync(sink.counts, 0xff, sizeof(int) * size_t(lanes), stream));  // -1: never written
-    run_step(p, step, max_blocks, stream, &sink);
-    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    FA_CUDA_CHECK(cudaMemcpy(events.data(), sink.events, sizeof(lesson13::TraceEvent) * events.size(), cudaMemcpyDeviceToHost));
-    FA_CUDA_CHECK(cudaMemcpy(counts.data(), sink.counts, sizeof(int) * counts.size(), cudaMemcpyDeviceToHost));
-    FA_CUDA_CHECK(cudaMemcpy(sms.data(), sink.sms, sizeof(int) * sms.size(), cudaMemcpyDeviceToHost));
-  } catch (...) {
-    release();
-    throw;
-  }
-  release();
+  // fa::Buffer: freed on every path, and guarded (a record written past the end is caught).
+  fa::Buffer event_buf(fa::Memory::kDevice, sizeof(lesson13::TraceEvent) * size_t(lanes) * size_t(capacity), "lesson 13's trace records");
+  fa::Buffer count_buf(fa::Memory::kDevice, sizeof(int) * size_t(lanes), "lesson 13's trace counts");
+  fa::Buffer sm_buf(fa::Memory::kDevice, sizeof(int) * size_t(lanes), "lesson 13's trace SMs");
+  count_buf.poison();  // 0xFF bytes: -1, a lane that never reached its end
+  const lesson13::TraceSink sink{static_cast<lesson13::TraceEvent*>(event_buf.data()), static_cast<int*>(count_buf.data()),
+                                 static_cast<int*>(sm_buf.data()), capacity};
+  run_step(p, step, max_blocks, stream, &sink);
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (const fa::Buffer* b : {&event_buf, &count_buf, &sm_buf}) b->check_guards();
+  const std::vector<lesson13::TraceEvent> events = event_buf.to_host<lesson13::TraceEvent>();
+  const std::vector<int> counts = count_buf.to_host<int>(), sms = sm_buf.to_host<int>();
   std::vector<lesson13::TraceLane> out(static_cast<size_t>(lanes));
   for (int64_t i = 0; i < lanes; ++i) {
     const int n = counts[size_t(i)];
