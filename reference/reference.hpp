@@ -1,4 +1,4 @@
-// The ground truth: attention in fp64 with Eigen, exactly per COURSE.md's Conventions.
+// The ground truth: attention in fp64 with Eigen, exactly per docs/conventions.md.
 // Host C++ only; never include this from a .cu file (Eigen in nvcc costs warnings and host SIMD),
 // and lesson libraries are linked without it (a student kernel cannot call the answer).
 //

@@ -110,7 +110,7 @@ TEST_CASE("harness: compare names the worst element and counts NaN and inf") {
 
 TEST_CASE("harness: tolerances come from the storage precision") {
   const fa::Tolerance h = fa::output_tolerance(fa::DType::kF16), b = fa::output_tolerance(fa::DType::kBF16);
-  CHECK(h.atol == 1e-3);             // the seed lab's bar
+  CHECK(h.atol == 1e-3);             // the common lab bar
   CHECK(h.rtol == std::ldexp(1.0, -10));  // two fp16 half-ulps
   CHECK(b.rtol == std::ldexp(1.0, -7));   // two bf16 half-ulps
   CHECK(b.atol == 8e-3);

@@ -1,5 +1,5 @@
 // Lesson 09 on the GPU: both RoPE paths (fused, and rotate-outside + the same attention kernel)
-// against the fp64 reference (RoPE, then attention), the seed 003 worked example, determinism,
+// against the fp64 reference (RoPE, then attention), the README's worked example, determinism,
 // and the RoPE requests that must be refused before any launch. The forward suite runs the same
 // kernel without RoPE.
 #include <doctest/doctest.h>
@@ -100,12 +100,13 @@ TEST_CASE("lesson09: both paths are bitwise deterministic") {
     }
 }
 
-TEST_CASE("lesson09: the seed 003 worked example, on both paths") {
-  // Seed 003's example has head_dim 4: pairs (0, 2) and (1, 3), turning at theta = 1 and 0.01.
+TEST_CASE("lesson09: the head_dim 4 worked example, on both paths") {
+  // The README's worked example has head_dim 4: pairs (0, 2) and (1, 3), turning at theta = 1 and
+  // 0.01.
   // At head_dim 64, pair 0 (columns 0, 32) turns at theta_0 = 1 and pair 16 (columns 16, 48) at
   // 10000^(-32/64) = 0.01: the example's four columns placed there, zeros elsewhere, give the
-  // same rotated dot products. Q = K = V = the first head's 8 rows, causal, scale 1 (the seed
-  // prints raw scores). Its score matrix for positions 0-3 then fixes rows 0-3 of O and the LSE.
+  // same rotated dot products. Q = K = V = the first head's 8 rows, causal, scale 1 (the example
+  // gives raw scores). Its score matrix for positions 0-3 then fixes rows 0-3 of O and the LSE.
   const double x[8][4] = {{0.3581, 0.1616, 0.5714, 0.4795}, {0.5468, 0.3008, 0.9154, 0.3457},
                           {0.4201, 0.1406, 0.2273, 0.5269}, {0.1441, 0.1024, 0.8580, 0.8310},
                           {0.7828, 0.5347, 0.0038, 0.2535}, {0.3112, 0.3961, 0.2596, 0.3704},

@@ -1,6 +1,6 @@
 // Lesson 09's CPU tests: RoPE's positions and rotation (rope.hpp) against the fp64 reference and
-// the seed 003 worked example, the runtime's fp32 tables against the reference's fp64 ones, and
-// the copy plan that lets each thread rotate its own pairs: without a GPU.
+// the README's worked example at head_dim 4, the runtime's fp32 tables against the reference's
+// fp64 ones, and the copy plan that lets each thread rotate its own pairs: without a GPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -52,10 +52,10 @@ TEST_CASE("lesson09: query positions align with the causal mask") {
   for (int i = 0; i < 10; ++i) CHECK(lesson09::query_position(i, 10, 10) == i);
 }
 
-TEST_CASE("lesson09: rotate_pairs reproduces the seed 003 worked example") {
+TEST_CASE("lesson09: rotate_pairs reproduces the head_dim 4 worked example") {
   require_started();
-  // Seed 003: head_dim 4 (pairs (0, 2) and (1, 3), theta = 1 and 0.01), the first head's rows
-  // at positions 0-3, and the rotated halves it prints to 4 decimals.
+  // The README's worked example: head_dim 4 (pairs (0, 2) and (1, 3), theta = 1 and 0.01), the
+  // first head's rows at positions 0-3, and their rotated halves to 4 decimals.
   const double q[4][4] = {{0.3581, 0.1616, 0.5714, 0.4795}, {0.5468, 0.3008, 0.9154, 0.3457},
                           {0.4201, 0.1406, 0.2273, 0.5269}, {0.1441, 0.1024, 0.8580, 0.8310}};
   const double want1[4][2] = {{0.3581, 0.1616}, {-0.4748, 0.2973}, {-0.3815, 0.1300}, {-0.2637, 0.0774}};

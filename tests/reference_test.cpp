@@ -1,5 +1,5 @@
 // The reference is the ground truth, so it is tested on its own: softmax rows sum to 1, the
-// seed 003 RoPE worked example, gradients against finite differences, GQA, varlen, masked rows.
+// RoPE worked example at head_dim 4, gradients against finite differences, GQA, varlen, masked rows.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -123,32 +123,32 @@ TEST_CASE("reference: softmax rows sum to 1") {
     }
 }
 
-TEST_CASE("reference: RoPE worked example of seed 003") {
-  // Seed 003: batch 0, head 0, positions 0-3 of a (8 x 4) Q; d = 4 so theta = [1, 0.01].
-  // Its numbers are printed to 4 decimals from unrounded inputs that are themselves printed to 4
-  // decimals, so agreement is to 1e-4 (seen: worst 5e-5).
+TEST_CASE("reference: RoPE worked example at head_dim 4") {
+  // Lesson 09's README, "A worked example": batch 0, head 0, positions 0-3 of an (8 x 4) Q; d = 4
+  // so theta = [1, 0.01]. The expected values are given to 4 decimals, computed from inputs that
+  // are themselves given to 4 decimals, so agreement is to 1e-4.
   const std::vector<double> q = {0.3581, 0.1616, 0.5714, 0.4795, 0.5468, 0.3008, 0.9154, 0.3457,
                                  0.4201, 0.1406, 0.2273, 0.5269, 0.1441, 0.1024, 0.8580, 0.8310};
   const fa::ref::RopeTables t = fa::ref::rope_tables(4, 4);
-  const double cos_seed[4][2] = {{1.0, 1.0}, {0.5403, 0.9999}, {-0.4161, 0.9998}, {-0.9900, 0.9996}};
-  const double sin_seed[4][2] = {{0.0, 0.0}, {0.8415, 0.0100}, {0.9093, 0.0200}, {0.1411, 0.0300}};
+  const double cos_want[4][2] = {{1.0, 1.0}, {0.5403, 0.9999}, {-0.4161, 0.9998}, {-0.9900, 0.9996}};
+  const double sin_want[4][2] = {{0.0, 0.0}, {0.8415, 0.0100}, {0.9093, 0.0200}, {0.1411, 0.0300}};
   for (int pos = 0; pos < 4; ++pos)
     for (int i = 0; i < 2; ++i) {
-      CHECK(std::fabs(t.sin[pos * 2 + i] - sin_seed[pos][i]) <= 1e-4);
-      CHECK(std::fabs(t.cos[pos * 2 + i] - cos_seed[pos][i]) <= 1e-4);
+      CHECK(std::fabs(t.sin[pos * 2 + i] - sin_want[pos][i]) <= 1e-4);
+      CHECK(std::fabs(t.cos[pos * 2 + i] - cos_want[pos][i]) <= 1e-4);
     }
   std::vector<double> rot = q;
   fa::ref::rope_rotate(rot, 4, 4, {0, 1, 2, 3}, 10000.0);
-  // Rows: q_rot1 (columns 0-1) then q_rot2 (columns 2-3), as the seed prints them.
-  const double rot_seed[4][4] = {{0.3581, 0.1616, 0.5714, 0.4795},
+  // Rows: the rotated first halves (columns 0-1), then the rotated second halves (columns 2-3).
+  const double rot_want[4][4] = {{0.3581, 0.1616, 0.5714, 0.4795},
                                  {-0.4748, 0.2973, 0.9547, 0.3487},
                                  {-0.3815, 0.1300, 0.2874, 0.5296},
                                  {-0.2637, 0.0774, -0.8291, 0.8337}};
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c)
-      CHECK_MESSAGE(std::fabs(rot[r * 4 + c] - rot_seed[r][c]) <= 1e-4, "q_rot(", r, ", ", c, ") = ", rot[r * 4 + c],
-                    ", seed ", rot_seed[r][c]);
-  const double qk_seed[4][4] = {{0.7108, 0.5907, 0.3026, -0.1559},
+      CHECK_MESSAGE(std::fabs(rot[r * 4 + c] - rot_want[r][c]) <= 1e-4, "q_rot(", r, ", ", c, ") = ", rot[r * 4 + c],
+                    ", want ", rot_want[r][c]);
+  const double qk_want[4][4] = {{0.7108, 0.5907, 0.3026, -0.1559},
                                 {0.5907, 1.3469, 0.6789, -0.3526},
                                 {0.3026, 0.6789, 0.5255, 0.3139},
                                 {-0.1559, -0.3526, 0.3139, 1.4580}};
@@ -156,7 +156,7 @@ TEST_CASE("reference: RoPE worked example of seed 003") {
     for (int j = 0; j < 4; ++j) {
       double s = 0;
       for (int d = 0; d < 4; ++d) s += rot[i * 4 + d] * rot[j * 4 + d];
-      CHECK_MESSAGE(std::fabs(s - qk_seed[i][j]) <= 1e-4, "qk(", i, ", ", j, ") = ", s, ", seed ", qk_seed[i][j]);
+      CHECK_MESSAGE(std::fabs(s - qk_want[i][j]) <= 1e-4, "qk(", i, ", ", j, ") = ", s, ", want ", qk_want[i][j]);
     }
   // The reference's own forward with RoPE uses exactly these scores: with Q = K, scale 1 and no
   // mask, LSE_i = log sum_j exp(qk_ij).
@@ -168,7 +168,7 @@ TEST_CASE("reference: RoPE worked example of seed 003") {
   const fa::ref::Forward f = fa::ref::forward(p, {q, q, q, {}});
   for (int i = 0; i < 4; ++i) {
     double sum = 0;
-    for (int j = 0; j < 4; ++j) sum += std::exp(qk_seed[i][j]);
+    for (int j = 0; j < 4; ++j) sum += std::exp(qk_want[i][j]);
     CHECK(std::fabs(f.lse[i] - std::log(sum)) <= 2e-4);
   }
 }

@@ -1,6 +1,6 @@
 // The main of every test executable. FA_GPU_TESTS (set per executable by CMake) decides what a
 // machine without a usable GPU means: the executable returns 77, which CTest reports as
-// "Not Run (Skipped)", never as passed; with FA_REQUIRE_GPU=1 (GPU machines, .device/gpu-run.sh)
+// "Not Run (Skipped)", never as passed; with FA_REQUIRE_GPU=1 (GPU machines, tools/gpu-run.sh)
 // it fails instead, so a broken driver cannot turn a GPU run green. Listing the test cases
 // (doctest_discover_tests does it at build time) never touches the GPU.
 #define DOCTEST_CONFIG_IMPLEMENT

@@ -26,7 +26,7 @@ struct Strides {
 
 // One attention call. Tensors are (batch, heads, seqlen, head_dim) described by strides, or,
 // for varlen, packed (total_tokens, heads, head_dim) with cu_seqlens (batch = number of sequences).
-// Conventions (COURSE.md): causal mask bottom-right aligned (key j visible to query i iff
+// Conventions (docs/conventions.md): causal mask bottom-right aligned (key j visible to query i iff
 // j <= i + seqlen_k - seqlen_q); LSE in natural log, fp32, (batch, heads_q, seqlen_q) or
 // (heads_q, total_q) for varlen; a fully masked row has O = 0 and LSE = +inf.
 struct AttnParams {

@@ -1,7 +1,7 @@
 // The RoPE tables the kernels read (lesson 09): cos and sin of position * theta_i, with
 // theta_i = base^(-2i/d), for positions 0 .. positions - 1 and pairs i = 0 .. d/2 - 1, row-major
-// (positions, d/2). Computed in fp64 and stored in fp32 (COURSE.md, Conventions): an fp32 sincos
-// of an angle near 16k radians is already ~1e-3 off, rounding the fp64 value costs ~6e-8.
+// (positions, d/2). Computed in fp64 and stored in fp32 (docs/conventions.md, RoPE): an fp32
+// sincos of an angle near 16k radians is already ~1e-3 off, rounding the fp64 value costs ~6e-8.
 #pragma once
 
 #include <vector>

@@ -4,8 +4,8 @@
 #   09_attention  the attention kernel alone, no RoPE (the floor both paths sit on)
 #   09_fused      RoPE fused into the attention kernel
 #   09_outside    rope_kernel, then the same attention kernel with the same tiles
-#   09_fused_small_tiles  the fused kernel with smaller tiles (seed 003's pitfall: compare that
-#                 with 09_outside and you measure the tiles, not the fusion)
+#   09_fused_small_tiles  the fused kernel with smaller tiles (the pitfall: compare that with
+#                 09_outside and you measure the tiles, not the fusion)
 #   peer_fa2_rope_eager / _compiled  PyTorch rotates (eager ops, or one torch.compile kernel),
 #                 then SDPA's FlashAttention-2 backend (plots/peers.py, where PyTorch is installed)
 # TFLOP/s count the attention's FLOPs only, so every row is comparable: time is what differs.

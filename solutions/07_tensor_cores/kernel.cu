@@ -1,7 +1,7 @@
 // Lesson 07: the tensor cores. Lessons 04-06 computed every score with FP32 FMAs on the CUDA
-// cores, about 60 TFLOP/s at most on an H200. mma.sync hands a whole 16 x 8 x 16 product to a
-// warp's tensor cores in one instruction: fp16 or bf16 inputs, fp32 accumulators. Two things are
-// new, and fragments.hpp holds both as plain functions:
+// cores, whose peak is a small fraction of the tensor cores' (the README has both). mma.sync hands
+// a whole 16 x 8 x 16 product to a warp's tensor cores in one instruction: fp16 or bf16 inputs,
+// fp32 accumulators. Two things are new, and fragments.hpp holds both as plain functions:
 //   1. fragments: each operand is spread over the 32 lanes of a warp in a fixed layout; ldmatrix
 //      loads those layouts from shared memory (and .trans the transposed one, for V);
 //   2. P never leaves registers: the accumulator layout of S = Q K^T (16 x 8 tiles) is exactly
