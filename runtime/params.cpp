@@ -25,8 +25,21 @@ void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
   if (todos.empty()) return;
   std::string nn(lesson_id, std::string(lesson_id).find('_') == std::string::npos ? 0 : 2);
   std::ostringstream os;
-  os << "lesson " << (nn.empty() ? std::string(lesson_id) : nn) << " not implemented yet: " << todos.front();
-  if (todos.size() > 1) os << "  (" << todos.size() - 1 << " more TODO(s) after this one)";
+  const std::string todo = todos.front();
+  os << "lesson " << (nn.empty() ? std::string(lesson_id) : nn) << " not implemented yet: " << todo << "  (";
+  if (todos.size() > 1) os << todos.size() - 1 << " more TODO(s) after this one; ";
+  // How to mark it done: the skeleton writes "TODO(n) in <file>: ..."; a .cpp or .cu file lists its
+  // TODOs in kTodosLeft, a header in k<Name>TodosLeft (e.g. kTilesTodosLeft in tiles.hpp).
+  os << "when you have written it, delete its line from ";
+  const size_t in = todo.find(" in "), colon = todo.find(':');
+  if (todo.rfind("TODO(", 0) == 0 && in != std::string::npos && colon != std::string::npos && in < colon) {
+    const std::string file = todo.substr(in + 4, colon - in - 4);
+    const size_t dot = file.rfind('.');
+    const std::string ext = dot == std::string::npos ? "" : file.substr(dot);
+    os << (ext == ".cpp" || ext == ".cu" ? "kTodosLeft" : "the TodosLeft list") << " in " << file << ")";
+  } else {
+    os << "kTodosLeft)";
+  }
   throw NotImplemented(os.str());
 }
 

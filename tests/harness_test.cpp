@@ -219,7 +219,15 @@ TEST_CASE("harness: rules that hold whatever the lesson supports") {
 TEST_CASE("harness: a skeleton says which TODO is next") {
   CHECK_NOTHROW(fa::throw_if_todos_left("07_tensor_cores", {}));
   CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("07_tensor_cores", {"TODO(1): load Q", "TODO(2): mma"}),
-                       "lesson 07 not implemented yet: TODO(1): load Q  (1 more TODO(s) after this one)", fa::NotImplemented);
+                       "lesson 07 not implemented yet: TODO(1): load Q  (1 more TODO(s) after this one; when you have "
+                       "written it, delete its line from kTodosLeft)", fa::NotImplemented);
+  // The skeleton's form, "TODO(n) in <file>: ...": the message names the file whose list to edit.
+  CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("00_reference", {"TODO(4) in attention.cpp: write O"}),
+                       "lesson 00 not implemented yet: TODO(4) in attention.cpp: write O  (when you have written it, "
+                       "delete its line from kTodosLeft in attention.cpp)", fa::NotImplemented);
+  CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("08_pipelining", {"TODO(1) in tiles.hpp: swizzle", "TODO(2) in tiles.hpp: x"}),
+                       "lesson 08 not implemented yet: TODO(1) in tiles.hpp: swizzle  (1 more TODO(s) after this one; "
+                       "when you have written it, delete its line from the TodosLeft list in tiles.hpp)", fa::NotImplemented);
 }
 
 TEST_CASE("harness: seeded random numbers") {

@@ -128,7 +128,8 @@ struct CudaError : Error {
 
 // A skeleton lists the TODOs its student has not written yet; the solution's list is empty.
 using TodoList = std::vector<const char*>;
-// Throws NotImplemented("lesson NN not implemented yet: <first TODO>") if `todos` is not empty.
+// Throws NotImplemented("lesson NN not implemented yet: <first TODO>  (... when you have written it,
+// delete its line from kTodosLeft in <file>)") if `todos` is not empty.
 void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
 
 // Checks `p` against what `lesson` supports and against the rules every call obeys (shapes,

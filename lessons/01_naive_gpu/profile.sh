@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info
 for n in 1024 2048 4096; do
   echo "== N = $n: S and P are $((n * n * 4 / 1024)) KiB each"
   "$root/tools/ncu-profile.sh" lesson01_n$n dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum "scores|softmax|pv" \

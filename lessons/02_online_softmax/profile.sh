@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info
 for n in 4096 16384; do
   echo "== N = $n: S is $((n * n * 4 / 1048576)) MiB; a row is $((n * 4 / 1024)) KiB"
   "$root/tools/ncu-profile.sh" lesson02_n$n dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum "softmax" \

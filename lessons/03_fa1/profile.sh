@@ -4,8 +4,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
-# N = 1024, 8 heads: the fp32 workspace (2 MiB) lives in the 60 MB L2. N = 16384, 32 heads: it is
-# 128 MiB, so every round trip of O goes to DRAM.
+"$root/tools/ncu-profile.sh" --gpu-info
+# N = 1024, 8 heads: the fp32 workspace (2 MiB) fits in the L2 (the H200's is 60 MB; profile.sh
+# prints yours). N = 16384, 32 heads: it is 128 MiB, more than the H200's L2, so every round trip
+# of O goes to DRAM.
 for shape in "1024 512" "16384 2048"; do
   set -- $shape
   n=$1 width=$2 heads=$(($2 / 64))

@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info
 for n in 1024 4096 16384; do
   echo "== N = $n: Q, K, V, O are $((32 * n * 64 * 2 / 1048576)) MiB each; K and V are read $((n / 32)) times"
   "$root/tools/ncu-profile.sh" lesson04_n$n dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum "fa2_kernel" \

@@ -20,6 +20,8 @@
 
 namespace {
 
+// README question 4 turns double into float here. Eigen refuses to mix float and double, so name
+// matrix and row types through Mat (Mat::Scalar), not double, and this one word switches them all.
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -34,7 +36,7 @@ const fa::TodoList kTodosLeft = {
 Mat load_head(const void* base, const fa::Strides& st, int b, int h, int rows, int dim, fa::DType t) {
   const std::vector<float> x = fa::read_head(base, st, t, b, h, rows, dim);
   return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.data(), rows, dim)
-      .cast<double>();
+      .cast<Mat::Scalar>();
 }
 
 void store_head(const Mat& m, void* base, const fa::Strides& st, int b, int h, fa::DType t) {
@@ -81,7 +83,7 @@ void naive_attention(const Mat& Q, const Mat& K, const Mat& V, double scale, boo
       lse(i) = kInf;
       continue;
     }
-    const Eigen::RowVectorXd p = (S.row(i).array() - m).exp().matrix();
+    const Eigen::Matrix<Mat::Scalar, 1, Eigen::Dynamic> p = (S.row(i).array() - m).exp().matrix();
     const double l = p.sum();
     O.row(i) = (p / l) * V;
     lse(i) = m + std::log(l);
