@@ -108,7 +108,10 @@ function(fa_add_lesson nn name)
   # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
   target_link_libraries(${label} PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
   target_include_directories(${label} PUBLIC ${dir})  # a lesson's own headers, for its tests
+  # ptxas -v reports every kernel's registers and spills: kept in <object>.ptxas.log beside each
+  # object (CI checks them for spills), only spills and warnings printed (cmake/quiet-ptxas.sh).
   target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+  set_target_properties(${label} PROPERTIES CUDA_COMPILER_LAUNCHER "sh;${PROJECT_SOURCE_DIR}/cmake/quiet-ptxas.sh")
   set(targets ${label})
 
   # Up to four test executables: the shared suites on the lesson (GPU or not, like the lesson)
@@ -145,7 +148,9 @@ function(fa_add_lesson nn name)
   set(kind_model cpu)
   set(kind_cpu cpu)
   set(kind_gpu gpu)
-  foreach(part forward model cpu gpu)
+  # The lesson's own CPU tests first (small, worked examples), then its CPU model, then the suites
+  # on the lesson itself: ctest runs them in this order (tools/check-lesson.sh).
+  foreach(part cpu model forward gpu)
     set(getter fa_lesson_${nn})
     set(part_arg "")
     if(part STREQUAL "model")
@@ -165,7 +170,10 @@ function(fa_add_lesson nn name)
   endif()
 
   # One target a student builds and runs a lesson with: cmake --build --preset student --target check-lessonNN
-  add_custom_target(check-${label} COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${CMAKE_BINARY_DIR} -L ${label} --output-on-failure
+  # (the lesson alone: another lesson's compile error does not stop it), and one that only builds it
+  # (tools/progress.sh).
+  add_custom_target(build-${label} DEPENDS ${targets})
+  add_custom_target(check-${label} COMMAND sh ${PROJECT_SOURCE_DIR}/tools/check-lesson.sh ${CMAKE_BINARY_DIR} ${label}
                     DEPENDS ${targets} USES_TERMINAL COMMENT "Testing lesson ${id}")
 
   # The student's library must not call the answer: no undefined fa::ref:: symbol in it.
@@ -203,6 +211,7 @@ endfunction()
 # chosen at run time by FA_MUTANT, and adds one test per mutant that passes only when the suite
 # rejects that mutant by a numerical failure (exit 1 with a MISMATCH report; a crash, a hang or
 # "not implemented" proves nothing), plus a control run with FA_MUTANT=none that must pass.
+# MUTANTS takes <mutant>=<hint>: the hint id (tests/hints.hpp) the rejection must give, or none.
 function(fa_add_mutants name)
   cmake_parse_arguments(M "NO_CONTROL" "KIND;LESSON;GETTER;SUITE" "SOURCES;MUTANTS" ${ARGN})
   if(NOT M_SUITE)
@@ -219,26 +228,36 @@ function(fa_add_mutants name)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   fa_lesson_binding_defines(binding_defines ${M_GETTER} ${M_LESSON})
   target_compile_definitions(${target} PRIVATE ${binding_defines})
-  set(runs none ${M_MUTANTS})
+  set(runs none=- ${M_MUTANTS})
   if(M_NO_CONTROL)
     set(runs ${M_MUTANTS})  # the control is the real lesson's own suite
   endif()
-  foreach(m IN LISTS runs)
+  foreach(run IN LISTS runs)
+    if(NOT run MATCHES "^([a-z0-9_]+)=([a-z0-9-]+)$")
+      message(FATAL_ERROR "mutant '${run}': write <mutant>=<hint id or none> (tests/hints.hpp)")
+    endif()
+    set(m ${CMAKE_MATCH_1})
+    set(hint ${CMAKE_MATCH_2})
+    if(hint STREQUAL "-")
+      set(hint "")
+    else()
+      set_property(GLOBAL APPEND PROPERTY FA_MUTANT_HINTS "${m}=${hint}")
+    endif()
     set(test_name mutants/${name}/${m})
     if(m STREQUAL name)
       set(test_name mutants/${name})
     endif()
-    add_test(NAME ${test_name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m})
+    add_test(NAME ${test_name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m} ${hint})
     set_tests_properties(${test_name} PROPERTIES LABELS "mutants;${M_KIND}" SKIP_RETURN_CODE ${FA_SKIP_CODE}
                          TIMEOUT 600)
   endforeach()
 endfunction()
 
-# fa_add_patch_mutants(): one test per tests/mutants/*.mutant (header lines: lesson:, file:, and
-# optionally tests: and suite:). fa-mutate applies the mutant's
+# fa_add_patch_mutants(): one test per tests/mutants/*.mutant (header lines: lesson:, file:, hint:,
+# and optionally tests: and suite:). fa-mutate applies the mutant's
 # edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
-# suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant, which runs in
-# CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
+# suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant,
+# and lesson 00, run in CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
 # GPU mutants are compiled for one architecture: they only need to run on the GPU at hand (a
 # lesson's own ARCH if it has one).
 function(fa_add_patch_mutants)
@@ -246,7 +265,7 @@ function(fa_add_patch_mutants)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
   foreach(spec IN LISTS specs)
     get_filename_component(name ${spec} NAME_WE)
-    file(STRINGS ${spec} head LIMIT_COUNT 4 REGEX "^(lesson|file|tests|suite): ")
+    file(STRINGS ${spec} head LIMIT_COUNT 5 REGEX "^(lesson|file|tests|suite|hint): ")
     string(REGEX MATCH "lesson: ([0-9][0-9])_[a-z0-9_]+" _ "${head}")
     set(nn ${CMAKE_MATCH_1})
     string(REGEX MATCH "lesson: ([0-9a-z_]+)" _ "${head}")
@@ -274,6 +293,8 @@ function(fa_add_patch_mutants)
     if(file STREQUAL "model.cpp")
       set(getter fa_lesson_${nn}_model)
       set(kind cpu)
+    elseif(nn STREQUAL "00")
+      set(kind cpu)  # lesson 00 is host C++ (Eigen)
     endif()
     # The mutated file alone: a kernel.cu holds its lesson's GPU entry point, a model.cpp its model.
     # "tests: <file>": the lesson's own tests run too (lesson 09's RoPE lives outside the forward suite).
@@ -288,7 +309,13 @@ function(fa_add_patch_mutants)
     if(CMAKE_MATCH_1)
       set(suite ${CMAKE_MATCH_1})
     endif()
-    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name} NO_CONTROL)
+    # "hint: <id>|none": the hint its rejection must give (tests/hints.hpp), required.
+    string(REGEX MATCH "hint: ([a-z0-9-]+)" _ "${head}")
+    if(NOT CMAKE_MATCH_1)
+      message(FATAL_ERROR "${spec}: a 'hint: <id>' line (tests/hints.hpp), or 'hint: none', is required")
+    endif()
+    set(hint ${CMAKE_MATCH_1})
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name}=${hint} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(NOT arch STREQUAL "native")

@@ -51,7 +51,7 @@ TEST_CASE("lesson00: the README worked example") {
       CHECK(std::fabs(lse[i] - (causal ? lse_causal : lse_full)[i]) <= 1e-4);
       for (int d = 0; d < 2; ++d)
         CHECK_MESSAGE(std::fabs(fa::f16_to_float(os[i * 2 + d]) - (causal ? o_causal : o_full)[i][d]) <= 1e-3,
-                      (causal ? "causal" : "non-causal"), " O(", i, ", ", d, ") = ", fa::f16_to_float(os[i * 2 + d]));
+                      std::string(causal ? "causal" : "non-causal"), " O(", i, ", ", d, ") = ", fa::f16_to_float(os[i * 2 + d]));
     }
   }
 }
@@ -128,9 +128,9 @@ TEST_CASE("lesson00: logits beyond the fp64 exp range need the row max subtracte
            << "), O(" << i << ", 0) " << got_o[i * d] << " (want " << want.o[i * d] << ")";
     }
     CHECK_MESSAGE((o.ok && l.ok), std::string(causal ? "causal" : "non-causal"),
-                  ": rows with logits beyond +-709 are wrong. In fp64 exp(x) is inf above x = 709.78 and 0 below "
-                  "-745 (Eigen's vectorised exp clamps x instead: just as wrong). Subtract the row max m first: "
-                  "p_j = exp(S(i, j) - m), lse(i) = m + log(l).",
-                  rows.str(), "\n", o.text, "\n", l.text);
+                  ": rows with logits beyond +-709 are wrong.", rows.str(), "\n  ", o.text, "\n  ", l.text,
+                  "\n  hint [no-max-subtraction]: in fp64 exp(x) is inf above x = 709.78 and 0 below -745 (Eigen's "
+                  "vectorised exp clamps x instead: just as wrong); subtract the row max m first: p_j = exp(S(i, j) - m), "
+                  "lse(i) = m + log(l)");
   }
 }

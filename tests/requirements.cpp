@@ -9,7 +9,7 @@
 namespace fa::test {
 namespace {
 
-// Lessons 00-08 (COURSE.md): causal and not, any N >= 1, seqlen_q != seqlen_k, the LSE,
+// Lessons 00-08 (docs/conventions.md, "Inputs and shapes"): causal and not, any N >= 1, seqlen_q != seqlen_k, the LSE,
 // fp16 and bf16 storage, head dims 64 and 128.
 Requirements core_forward() {
   Requirements r;

@@ -12,8 +12,15 @@
 #include "fa/half.hpp"
 #include "fa/random.hpp"
 #include "fa/rope.hpp"
+#include "hints.hpp"
+#include "layout.hpp"
 
 namespace fa::test {
+
+int& failures_in_test_case() {
+  static int failures = 0;
+  return failures;
+}
 
 const char* name(Pattern p) {
   switch (p) {
@@ -78,37 +85,6 @@ ref::Problem Case::problem() const {
 namespace {
 
 constexpr double kLog2eHost = 1.4426950408889634;
-
-size_t at(int b, int h, int s, int d, int heads, int seqlen, int dim) {
-  return ((size_t(b) * heads + h) * seqlen + s) * dim + d;
-}
-
-// Where element (sequence b, head h, row s, column x) of a tensor lives in the reference's layouts
-// (reference/reference.hpp): q-side tensors (q, o, dO, dQ) or k-side ones (k, v, dK, dV), dense
-// (batch, heads, seqlen, dim) or varlen (total, heads, dim).
-struct Layout {
-  const ref::Problem& p;
-  bool q_side;
-  size_t at(int b, int h, int s, int x) const {
-    const int heads = q_side ? p.heads_q : p.heads_kv;
-    if (p.varlen()) return (size_t((q_side ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s) * heads + h) * p.head_dim + x;
-    return fa::test::at(b, h, s, x, heads, q_side ? p.seqlen_q : p.seqlen_k, p.head_dim);
-  }
-};
-
-// The LSE (q side), g and dg (k side): (batch, heads_q, seqlen) dense, (heads_q, total) varlen.
-size_t vec_at(const ref::Problem& p, bool q_side, int b, int h, int s) {
-  if (p.varlen()) return size_t(h) * (q_side ? p.total_q() : p.total_k()) + (q_side ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s;
-  return (size_t(b) * p.heads_q + h) * (q_side ? p.seqlen_q : p.seqlen_k) + s;
-}
-
-// Rows 0..n-1 of head h of sequence b, contiguous (n x dim).
-std::vector<double> head_rows(const std::vector<double>& t, const Layout& L, int b, int h, int n) {
-  std::vector<double> out(size_t(n) * L.p.head_dim);
-  for (int s = 0; s < n; ++s)
-    for (int x = 0; x < L.p.head_dim; ++x) out[size_t(s) * L.p.head_dim + x] = t[L.at(b, h, s, x)];
-  return out;
-}
 
 // A tensor's dimensions and their names, for the reports: (b, h, i or j, d) dense, (t, h, d)
 // varlen; the LSE, g and dg: (b, h, i or j) dense, (h, t) varlen.
@@ -302,7 +278,7 @@ std::string changed_input(const Case& c, const Run& r, const Inputs& in) {
 
 // What the reference is given. With RoPE, Q and K rotated and rounded to the storage type: every
 // kernel rounds the rotated values to 16 bits before its tensor-core products, so the reference
-// runs on those rounded values (COURSE.md, Tests: the same rounded inputs the kernel multiplies).
+// runs on those rounded values (docs/conventions.md: the reference runs on the same rounded inputs the kernel multiplies).
 // The rotation is the course's definition, bit for bit (fa::rope_rotate_rounded). Rotated in fp64
 // instead, about one value in 4000 rounds to the neighbouring 16-bit value, and a
 // 1-ulp change of one element moves a score by up to ~1e-4: the whole LSE tolerance.
@@ -321,89 +297,6 @@ bool all_bytes(const Buffer& b, uint8_t value) {
   return true;
 }
 
-// When O or the LSE is wrong, look for the patterns a few classic bugs leave and say so. Row r of
-// `o` is the row of lse[r] (varlen cases reorder O with heads_first); the hints about tiles of
-// rows and about heads read dense cases only.
-std::string hints(const Case& c, const std::vector<double>& o, const std::vector<double>& want_o,
-                  const std::vector<double>& lse, const std::vector<double>& want_lse, const Tolerance& tol) {
-  const int rows = static_cast<int>(want_lse.size()), d = c.head_dim, sq = c.seqlen_q;
-  std::vector<char> bad_row(rows, 0);
-  for (int r = 0; r < rows; ++r)
-    for (int x = 0; x < d; ++x) {
-      const double g = o[size_t(r) * d + x], w = want_o[size_t(r) * d + x];
-      if (std::isnan(g) || std::fabs(g - w) > tol.atol + tol.rtol * std::fabs(w)) bad_row[r] = 1;
-    }
-  std::vector<std::string> out;
-  int masked = 0, masked_nan = 0, nan_rows = 0;
-  for (int r = 0; r < rows; ++r) {
-    bool row_nan = std::isnan(lse[r]);
-    for (int x = 0; x < d && !row_nan; ++x) row_nan = std::isnan(o[size_t(r) * d + x]);
-    nan_rows += row_nan;
-    if (std::isinf(want_lse[r])) {
-      ++masked;
-      masked_nan += row_nan;
-    }
-  }
-  if (masked > 0 && masked_nan == masked && nan_rows == masked)
-    out.push_back("only the rows that see no key are NaN: guard m = -inf before exp(m - m_new) (-inf - -inf is NaN)");
-  if (nan_rows > 0 && c.pattern == Pattern::kLargePositive)
-    out.push_back("NaN or inf with logits around +80: subtract the running max before exp (exp(89) overflows fp32)");
-  if (c.pattern == Pattern::kLargeNegative && nan_rows == 0) {
-    int zero_rows = 0;
-    for (int r = 0; r < rows; ++r) zero_rows += bad_row[r] && std::isinf(lse[r]);
-    if (zero_rows > 0) out.push_back("rows with logits around -150 look empty: does the running max start at 0 instead of -inf?");
-  }
-  // LSE in base 2: LSE ~ log2(e) * the natural one on most finite rows.
-  int base2 = 0, finite = 0;
-  for (int r = 0; r < rows; ++r)
-    if (std::isfinite(want_lse[r]) && std::fabs(want_lse[r]) > 0.5) {
-      ++finite;
-      base2 += std::fabs(lse[r] / want_lse[r] - kLog2eHost) < 1e-3;
-    }
-  if (finite > 0 && base2 > finite / 2) out.push_back("the LSE is log2(e) times too large: it looks like base 2; multiply by ln(2)");
-  // A constant factor per row: the division by l, or a rescale, went missing.
-  int scaled = 0, checked = 0;
-  for (int r = 0; r < rows; ++r) {
-    if (!bad_row[r] || std::isinf(want_lse[r])) continue;
-    double ratio = 0;
-    bool same = true;
-    for (int x = 0; x < d && same; ++x) {
-      const double g = o[size_t(r) * d + x], w = want_o[size_t(r) * d + x];
-      if (std::fabs(w) < 0.05) continue;
-      const double q = g / w;
-      if (ratio == 0) ratio = q;
-      same = std::fabs(q - ratio) < 0.02 * std::fabs(ratio);
-    }
-    ++checked;
-    scaled += same && ratio != 0 && std::fabs(ratio - 1) > 0.01;
-  }
-  if (checked > 0 && scaled == checked) out.push_back("each wrong row of O is the right row times a constant: check the division by l (once, at the end)");
-  // Only the last partial tile of query rows.
-  int first_bad = -1;
-  for (int r = 0; r < rows && first_bad < 0; ++r)
-    if (bad_row[r]) first_bad = r % sq;
-  bool only_tail = first_bad > 0 && c.sample_rows.empty() && !c.varlen();
-  for (int r = 0; r < rows && only_tail; ++r) only_tail = !bad_row[r] || (r % sq) >= first_bad;
-  for (int t : {16, 32, 64, 128})
-    if (only_tail && sq % t != 0 && first_bad == sq / t * t) {
-      out.push_back("only the last partial tile of query rows (from row " + std::to_string(first_bad) +
-                    ") is wrong: check the tail guard on rows");
-      break;
-    }
-  // Only heads other than the first.
-  if (c.batch * c.heads_q > 1 && c.sample_rows.empty() && !c.varlen()) {
-    bool first_ok = true, other_bad = false;
-    for (int r = 0; r < rows; ++r) {
-      if (r < sq) first_ok = first_ok && !bad_row[r];
-      else other_bad = other_bad || bad_row[r];
-    }
-    if (first_ok && other_bad) out.push_back("batch 0, head 0 is right but other heads are not: check the batch and head offsets");
-  }
-  std::string text;
-  for (const auto& h : out) text += "\n  hint: " + h;
-  return text;
-}
-
 // A varlen O, (total, heads, dim), as (heads, total, dim): the order of its LSE, for hints().
 std::vector<double> heads_first(const Case& c, const std::vector<double>& o) {
   const int heads = c.heads_q, d = c.head_dim, total = static_cast<int>(o.size() / (size_t(heads) * d));
@@ -414,7 +307,9 @@ std::vector<double> heads_first(const Case& c, const std::vector<double>& o) {
   return out;
 }
 
-Outcome fail(const Case& c, const std::string& what) { return {false, false, c.describe() + "\n  " + what}; }
+Outcome fail(const Case& c, const std::string& what) {
+  return {false, false, c.describe() + "\n  " + what, 0, c.describe() + ": " + what.substr(0, what.find('\n'))};
+}
 
 // Runs `body`, turning the errors a lesson can raise into an Outcome.
 template <class F>
@@ -646,14 +541,13 @@ bool check_gradient(const Case& c, const std::string& what, const std::vector<do
   const double u = gradient_unit(c.dtype);
   const std::vector<double> atol = terms_atol(c.dtype, mag);
   const CompareReport r = compare(what, got, want, gradient_terms_tolerance(c.dtype), shape.dims, shape.names, &atol);
-  double err2 = 0, nerr2 = 0, ref2 = 0, mag2 = 0, dot = 0;
+  double err2 = 0, nerr2 = 0, ref2 = 0, mag2 = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::isnan(got[i]) ? INFINITY : got[i] - want[i];
     err2 += e * e;
     nerr2 += (naive[i] - want[i]) * (naive[i] - want[i]);
     ref2 += want[i] * want[i];
     mag2 += mag[i] * mag[i];
-    dot += got[i] * want[i];
   }
   const double err_norm = std::sqrt(err2), norm_bound = std::max(4 * u * std::sqrt(ref2), 2 * std::sqrt(nerr2)) + 0x1p-20 * std::sqrt(mag2);
   const bool norm_ok = err_norm <= norm_bound;
@@ -670,17 +564,6 @@ bool check_gradient(const Case& c, const std::string& what, const std::vector<do
   os << "\n  " << what << (err <= allowed ? " max error " : " MISMATCH: max error ") << err << (err <= allowed ? " <= " : " > ")
      << kNaiveErrorFactor << " x the naive " << name(c.dtype) << " computation's " << naive_err << " (FlashAttention-2's rule)";
   const bool ok = r.ok && norm_ok && err <= allowed;
-  if (!ok && ref2 > 0 && std::isfinite(dot)) {
-    // A wrong constant factor (the scale applied twice or not at all) leaves got = f * want.
-    const double f = dot / ref2;
-    double res2 = 0;
-    for (size_t i = 0; i < got.size(); ++i) res2 += (got[i] - f * want[i]) * (got[i] - f * want[i]);
-    if (std::fabs(f - 1) > 0.01 && res2 < 1e-4 * f * f * ref2) {
-      os << "\n  hint: " << what << " is the right gradient times " << f;
-      if (what != "dg")
-        os << " (softmax scale " << default_scale(c.head_dim) << "): is the scale applied twice, or not at all?";
-    }
-  }
   text += os.str();
   return ok;
 }
@@ -798,10 +681,13 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
     const CompareReport rl = compare("LSE", lse, want.lse, ltol, sl.dims, sl.names);
     const bool ok = ro.ok && rl.ok;
     std::string why;
-    if (!ok)
-      why = c.varlen() ? hints(c, heads_first(c, o), heads_first(c, want.o), lse, want.lse, otol)
-                       : hints(c, o, want.o, lse, want.lse, otol);
-    return Outcome{ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text + why, ro.max_abs_err};
+    if (!ok && hints_wanted()) {
+      const ref::Inputs rotated = reference_inputs(c, in, r.rope);
+      const std::vector<double> o_rows = c.varlen() ? heads_first(c, o) : o, want_rows = c.varlen() ? heads_first(c, want.o) : want.o;
+      why = format_hints(forward_hints({c, in.values, rotated, c.rope ? &r.rope : nullptr, o_rows, lse, want_rows, want.lse, otol, ltol}));
+    }
+    return Outcome{ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text + why, ro.max_abs_err,
+                   c.describe() + ": " + (ro.ok ? "" : ro.brief) + (ro.ok || rl.ok ? "" : "; ") + (rl.ok ? "" : rl.brief)};
   });
 }
 
@@ -880,14 +766,34 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
     const Naive naive = naive_gradients(c, in.values, bi.dout_values);
     std::string text = c.describe() + (deterministic ? " deterministic mode" : "");
     const Shape sq = tensor_shape(c, true), sk = tensor_shape(c, false);
-    bool ok = check_gradient(c, "dQ", read_values(c, r.dq, true), want.dq, naive.g.dq, naive.mag.dq, sq, text);
-    ok = check_gradient(c, "dK", read_values(c, r.dk, false), want.dk, naive.g.dk, naive.mag.dk, sk, text) && ok;
-    ok = check_gradient(c, "dV", read_values(c, r.dv, false), want.dv, naive.g.dv, naive.mag.dv, sk, text) && ok;
+    ref::Gradients got;
+    got.dq = read_values(c, r.dq, true);
+    got.dk = read_values(c, r.dk, false);
+    got.dv = read_values(c, r.dv, false);
+    std::string brief;
+    auto one = [&](const char* what, const std::vector<double>& g, const std::vector<double>& w, const std::vector<double>& nv,
+                   const std::vector<double>& mag, const Shape& shape) {
+      const bool fine = check_gradient(c, what, g, w, nv, mag, shape, text);
+      if (!fine) brief += std::string(brief.empty() ? "" : ", ") + what;
+      return fine;
+    };
+    const bool ok_dq = one("dQ", got.dq, want.dq, naive.g.dq, naive.mag.dq, sq);
+    const bool ok_dk = one("dK", got.dk, want.dk, naive.g.dk, naive.mag.dk, sk);
+    const bool ok_dv = one("dV", got.dv, want.dv, naive.g.dv, naive.mag.dv, sk);
+    bool ok_dg = true;
     if (c.gate) {
       const std::vector<float> dg = r.dgate.to_host<float>();
-      ok = check_gradient(c, "dg", {dg.begin(), dg.end()}, want.dg, naive.g.dg, naive.mag.dg, vector_shape(c, false), text) && ok;
+      got.dg.assign(dg.begin(), dg.end());
+      ok_dg = one("dg", got.dg, want.dg, naive.g.dg, naive.mag.dg, vector_shape(c, false));
     }
-    return Outcome{ok, false, text, 0};
+    const bool ok = ok_dq && ok_dk && ok_dv && ok_dg;
+    if (!ok && hints_wanted()) {
+      std::vector<double> o_values(bi.o.size());
+      for (size_t e = 0; e < bi.o.size(); ++e) o_values[e] = from_storage(c.dtype, bi.o[e]);
+      text += format_hints(backward_hints({c, in.values, bi.dout_values, o_values, bi.lse, got, want, naive.mag, !ok_dq, !ok_dk,
+                                           !ok_dv, !ok_dg}));
+    }
+    return Outcome{ok, false, text, 0, c.describe() + (deterministic ? " deterministic mode" : "") + ": MISMATCH in " + brief};
   });
 }
 

@@ -58,9 +58,16 @@ Inputs make_inputs(const Case& c, uint64_t seed);
 struct Outcome {
   bool ok = true;
   bool not_implemented = false;  // the lesson threw NotImplemented: stop this test case
-  std::string text;
-  double max_abs_err = 0;  // of O, over the compared elements (check_forward)
+  std::string text;              // the full report (the case, the worst elements, hints)
+  double max_abs_err = 0;        // of O, over the compared elements (check_forward)
+  std::string summary;           // one line: the case and what failed (a test case's later failures)
 };
+
+// The failures reported so far in the running doctest test case (tests/check.hpp reports the
+// first in full, later ones in a line each; the test main resets it at each test case's start).
+int& failures_in_test_case();
+// Hints cost a few what-if computations: they are worked out for a test case's first failure only.
+inline bool hints_wanted() { return failures_in_test_case() == 0; }
 
 // Runs the lesson once on fresh inputs and compares O and LSE with the reference.
 Outcome check_forward(const LessonInfo& lesson, const Case& c);

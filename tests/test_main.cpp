@@ -12,10 +12,34 @@
 
 #include "fa/cuda_check.hpp"
 #include "fa/random.hpp"
+#include "check.hpp"
 
 #ifndef FA_GPU_TESTS
 #error "FA_GPU_TESTS must be 0 or 1 (set by fa_add_doctest)"
 #endif
+
+// Resets the count of failures at each test case's start (tests/check.hpp shows the first few)
+// and says at its end how many more failed.
+struct FailureCounter : doctest::IReporter {
+  explicit FailureCounter(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData&) override { fa::test::failures_in_test_case() = 0; }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {
+    const int more = fa::test::failures_in_test_case() - fa::test::kFailuresShown;
+    if (more > 0)
+      std::printf("... and %d more failing case(s) in this test, not shown: the first failure above is the one to read\n", more);
+  }
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("fa_failure_counter", 1, FailureCounter);
 
 int main(int argc, char** argv) {
   doctest::Context ctx(argc, argv);

@@ -1,6 +1,6 @@
 // fa-grade: runs a build's tests and turns them into a per-lesson score (tools/grade.sh runs it).
 //
-//   fa-grade --build DIR [--points tests/grading.txt] [--out DIR] [--progress] [--timeout S]
+//   fa-grade --build DIR [--points tests/grading.txt] [--out DIR] [--progress [--lessons DIR] [--not-built L,...]] [--timeout S]
 //            [--perf STUDENT.csv SOLUTION.csv]
 //
 // It runs ctest once (JUnit XML into --out), groups the test cases by lesson (their "lessonNN/"
@@ -13,8 +13,12 @@
 // scores 0; passing them earns nothing, so a skeleton scores 0. A lesson with no test passed and
 // every failure "not implemented yet" is "not started". --perf adds performance points from two fa-bench CSVs of the same GPU
 // (the rule is in tests/grading.txt). --progress prints the same table as a student's progress,
-// without points. Writes summary.json (for an LMS) and junit.xml into --out.
+// without points; with --lessons DIR (the student's folder) and --not-built LABELS
+// (tools/progress.sh), one status per lesson: not started (its files untouched since generated),
+// does not compile, TODOs left, failing (n of m), CPU parts passing (GPU not run), passing.
+// Writes summary.json (for an LMS) and junit.xml into --out.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "skeleton.hpp"
 
 namespace fs = std::filesystem;
 
@@ -45,6 +51,23 @@ struct Lesson {
   double perf_score() const {
     if (perf_ratio < 0) return 0;
     return perf_points * std::clamp((2.0 - perf_ratio) / (2.0 - 1.2), 0.0, 1.0);
+  }
+  // A student's progress (--progress): one status per lesson.
+  bool untouched = false, not_built = false;
+  std::vector<std::string> todos_left;
+  std::string progress() const {
+    if (untouched) return "not started";
+    if (not_built) return "does not compile";
+    if (!todos_left.empty()) {
+      std::string t = "TODOs left: ";
+      for (size_t i = 0; i < todos_left.size(); ++i) t += (i ? ", " : "") + todos_left[i].substr(0, todos_left[i].find(':'));
+      return t;
+    }
+    if (!broken.empty()) return "failing: " + broken;
+    if (failed > 0) return "failing (" + std::to_string(failed) + " of " + std::to_string(passed + failed) + " tests)";
+    if (passed == 0) return skipped ? "CPU parts passing, GPU not run (no CPU tests)" : "no tests";
+    if (skipped) return "CPU parts passing, GPU not run";
+    return "passing";
   }
   std::string status() const {
     if (!broken.empty()) return "broken: " + broken;
@@ -93,7 +116,7 @@ std::map<std::string, std::map<std::string, std::pair<double, bool>>> read_bench
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string build, points_file, out_dir = ".", perf_student, perf_solution;
+  std::string build, points_file, out_dir = ".", perf_student, perf_solution, lessons_dir, not_built;
   bool progress = false;
   int timeout = 600;
   for (int i = 1; i < argc; ++i) {
@@ -106,6 +129,8 @@ int main(int argc, char** argv) {
     else if (a == "--points") points_file = next();
     else if (a == "--out") out_dir = next();
     else if (a == "--progress") progress = true;
+    else if (a == "--lessons") lessons_dir = next();
+    else if (a == "--not-built") not_built = next();
     else if (a == "--timeout") timeout = std::stoi(next());
     else if (a == "--perf") { perf_student = next(); perf_solution = next(); }
     else { std::cerr << "unknown option " << a << " (see the header of tools/fa_grade.cpp)\n"; return 2; }
@@ -128,10 +153,36 @@ int main(int argc, char** argv) {
     }
   }
 
+  // --progress: what the student's folder says of itself (untouched since generated, the TODOs
+  // still listed) and which lessons did not compile (progress.sh builds each on its own). Their
+  // tests are not run: a lesson that did not compile would run its stale binaries.
+  std::string skip = "mutants|harness|reference|skeletons";
+  if (!not_built.empty()) {
+    std::stringstream ss(not_built);
+    for (std::string label; std::getline(ss, label, ',');)
+      if (!label.empty()) {
+        lessons[label].not_built = true;
+        skip += "|" + label;
+      }
+  }
+  if (!lessons_dir.empty()) {
+    const auto hashes = fa::skeleton::read_hashes(lessons_dir);
+    for (const auto& dir : fs::directory_iterator(lessons_dir)) {
+      const std::string id = dir.path().filename().string();
+      if (!dir.is_directory() || id.size() < 3 || !std::isdigit(static_cast<unsigned char>(id[0]))) continue;
+      const std::string label = "lesson" + id.substr(0, 2);
+      if (!lessons.count(label)) continue;  // a folder the points file does not know
+      const fa::skeleton::LessonState st = fa::skeleton::lesson_state(dir.path().string(), hashes);
+      Lesson& l = lessons[label];
+      l.untouched = !hashes.empty() && st.edited.empty();
+      l.todos_left = st.todos_left;
+      if (l.untouched && !l.not_built) skip += "|" + label;
+    }
+  }
   // One ctest run over everything the build has; the per-test timeout keeps a hanging kernel from
   // stopping the grading (it fails its own test).
   const std::string cmd = "ctest --test-dir \"" + build + "\" --timeout " + std::to_string(timeout) +
-                          " -j 4 --output-junit \"" + junit + "\" -E \"^(mutants|harness|reference|skeletons)/\" > \"" +
+                          " -j 4 --output-junit \"" + junit + "\" -E \"^(" + skip + ")/\" > \"" +
                           (fs::path(out_dir) / "ctest.log").string() + "\" 2>&1";
   std::cout << "running the tests of " << build << " (log: " << (fs::path(out_dir) / "ctest.log").string() << ")\n";
   std::system(cmd.c_str());  // its exit code says some test failed: that is what we are here to count
@@ -198,6 +249,12 @@ int main(int argc, char** argv) {
   }
 
   double total = 0, max_total = 0;
+  if (progress) {  // one line per lesson, and what to do next
+    std::printf("\n%-10s %s\n", "lesson", "status");
+    for (const auto& [label, l] : lessons) std::printf("%-10s %s\n", label.c_str(), l.progress().c_str());
+    std::printf("\nbuild and test one lesson: cmake --build --preset student --target check-lessonNN\n");
+    return 0;
+  }
   std::printf("\n%-10s %-22s %7s %7s %8s", "lesson", "status", "passed", "failed", "skipped");
   if (!progress) std::printf(" %10s %14s", "score", "performance");
   std::printf("\n");

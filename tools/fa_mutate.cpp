@@ -2,6 +2,7 @@
 //
 //   lesson: 04_fa2
 //   file: kernel.cu
+//   hint: the id of the hint the suite's report must give (tests/hints.hpp), or none
 //   why: one line on the bug and the test input that must catch it
 //   --- find
 //   <exact text, one or more lines>

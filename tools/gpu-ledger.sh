@@ -29,7 +29,7 @@ case "${1:-}" in
     last=$(last_hash || true)
     if [ "$now" != "$last" ]; then
       echo "GPU ledger: the GPU sources changed since the last recorded GPU run (ledger ${last:-none}, tree $now)."
-      echo "Run the suite on a GPU (bash .device/gpu-run.sh, see README) and record it with tools/gpu-ledger.sh record."
+      echo "Run the suite on a GPU (tools/gpu-run.sh, README "Run on a GPU") and record it with tools/gpu-ledger.sh record."
       exit 1
     fi
     echo "GPU ledger: the tree matches the last recorded GPU run ($now)."

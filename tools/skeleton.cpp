@@ -1,5 +1,11 @@
 #include "skeleton.hpp"
 
+#include <algorithm>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <vector>
@@ -94,6 +100,59 @@ std::string transform(const std::string& solution, const std::string& origin) {
     fail(1, "the file has solution blocks but no '// @todos-left' line, so its skeleton could not report them");
   if (any_block && todos.empty()) fail(1, "the file has solution blocks but no '// TODO(n): ...' line naming them");
   return out.str();
+}
+
+std::string hash_text(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::map<std::string, std::string> read_hashes(const std::string& lessons_dir) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(std::filesystem::path(lessons_dir) / kHashFile);
+  std::string file, hash;
+  while (in >> file >> hash) out[file] = hash;
+  return out;
+}
+
+void write_hashes(const std::string& lessons_dir, const std::map<std::string, std::string>& hashes) {
+  std::ofstream out(std::filesystem::path(lessons_dir) / kHashFile, std::ios::binary);
+  for (const auto& [file, hash] : hashes) out << file << " " << hash << "\n";
+  if (!out) throw Error("cannot write " + (std::filesystem::path(lessons_dir) / kHashFile).string());
+}
+
+LessonState lesson_state(const std::string& lesson_dir, const std::map<std::string, std::string>& hashes) {
+  namespace fs = std::filesystem;
+  LessonState st;
+  const std::string lesson = fs::path(lesson_dir).filename().string();
+  std::vector<fs::path> files;
+  for (const auto& f : fs::directory_iterator(lesson_dir))
+    if (f.is_regular_file() && is_source(f.path().filename().string())) files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  const std::regex todo_re(R"re(^\s*"(TODO\(\d+\) in [^"]*)",\s*$)re");
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const auto it = hashes.find(lesson + "/" + f.filename().string());
+    if (it == hashes.end() || it->second != hash_text(text.str())) st.edited.push_back(f.filename().string());
+    std::istringstream lines(text.str());
+    bool in_list = false;
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find("kTodosLeft") != std::string::npos) in_list = true;
+      if (!in_list) continue;
+      std::smatch m;
+      if (std::regex_match(l, m, todo_re)) st.todos_left.push_back(m[1]);
+      if (l.find("};") != std::string::npos) in_list = false;
+    }
+  }
+  return st;
 }
 
 }  // namespace fa::skeleton

@@ -8,8 +8,10 @@
 //                                             skeleton's tests say "lesson NN not implemented yet: TODO(n): ..."
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace fa::skeleton {
 
@@ -23,5 +25,20 @@ std::string transform(const std::string& solution, const std::string& origin);
 
 // Is this a source file the generator handles (.cu .cuh .cpp .hpp .h)?
 bool is_source(const std::string& filename);
+
+// A student's work is never overwritten by accident. lessons/.skeleton-hashes records, for each
+// generated file ("NN_name/kernel.cu"), a hash of the text the generator last wrote there; a file
+// whose text still has that hash is untouched, any other was edited (by a student).
+constexpr const char* kHashFile = ".skeleton-hashes";
+std::string hash_text(const std::string& text);  // 16 hex digits (FNV-1a, 64 bits)
+std::map<std::string, std::string> read_hashes(const std::string& lessons_dir);
+void write_hashes(const std::string& lessons_dir, const std::map<std::string, std::string>& hashes);
+
+// What a lesson folder holds against what the generator wrote there.
+struct LessonState {
+  std::vector<std::string> edited;      // sources that differ from what the generator last wrote (or have no record)
+  std::vector<std::string> todos_left;  // "TODO(n) in file: ..." still listed in a kTodosLeft
+};
+LessonState lesson_state(const std::string& lesson_dir, const std::map<std::string, std::string>& hashes);
 
 }  // namespace fa::skeleton

@@ -46,6 +46,7 @@ struct CompareReport {
   double worst_got = 0, worst_want = 0, worst_err = 0, worst_allowed = 0;
   double max_abs_err = 0;  // over finite elements
   std::string text;        // a full, human-readable verdict
+  std::string brief;       // the verdict in a few words, for a one-line summary
 };
 
 // `dims` and `dim_names` (outermost first) turn the flat index into "(b=0, h=1, i=127, d=3)".

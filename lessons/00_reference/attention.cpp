@@ -8,7 +8,7 @@
 // Why it is slow: S and P are seqlen_q x seqlen_k per head. At N = 16k that is 256 M scores per
 // head, 512 MB in fp16, more than ten times the H200's 50 MB L2 (README, "The memory wall").
 // Build, test, profile:
-//   cmake --workflow --preset student        (or: ctest --preset student -L lesson00)
+//   cmake --preset student, then: cmake --build --preset student --target check-lesson00
 //   lessons/00_reference/profile.sh          (CPU time and memory as N doubles)
 #include <Eigen/Dense>
 #include <algorithm>
@@ -21,6 +21,8 @@
 
 namespace {
 
+// README question 4 turns double into float here. Eigen refuses to mix float and double, so name
+// matrix and row types through Mat (Mat::Scalar), not double, and this one word switches them all.
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -38,7 +40,7 @@ const fa::TodoList kTodosLeft = {
 Mat load_head(const void* base, const fa::Strides& st, int b, int h, int rows, int dim, fa::DType t) {
   const std::vector<float> x = fa::read_head(base, st, t, b, h, rows, dim);
   return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(x.data(), rows, dim)
-      .cast<double>();
+      .cast<Mat::Scalar>();
 }
 
 void store_head(const Mat& m, void* base, const fa::Strides& st, int b, int h, fa::DType t) {

@@ -7,11 +7,10 @@
 //   pv_kernel       O = P V                                                 one thread per output
 // Why: it is the baseline every later lesson is measured against. S and P are
 // batch * heads * seqlen_q * seqlen_k floats that go to HBM and back, so its bytes grow as N^2
-// (profile.sh shows it), and at N = 16k with 32 heads S alone is 34 GB.
-// Measured on the H200 (fa-bench, fp16, 16k tokens x 2048 wide): about 1.4-1.5 TFLOP/s at every N,
-// 2.4% of the FP32 FMA ceiling; the softmax reads 3 x 64 MiB of S at N = 4096 (one head).
+// (profile.sh shows it), and at N = 16k with 32 heads S alone is 34 GB. The README ("How to
+// profile") has its measured TFLOP/s and bytes.
 // Build, test, profile:
-//   cmake --workflow --preset student      (or: ctest --preset student -L lesson01)
+//   cmake --build --preset student --target check-lesson01
 //   lessons/01_naive_gpu/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

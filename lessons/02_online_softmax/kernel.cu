@@ -7,13 +7,12 @@
 // m's, l = sum of l * exp(m_lane - m). Pass 2 normalises and writes P. The scores and PV kernels
 // are lesson 01's, unchanged.
 // What it should do to speed: the softmax moves 12 bytes per score instead of 16 (4 bytes per
-// read or write). Measured on the H200: its DRAM reads fall from 3.0 to 2.0 x S (201 -> 134 MB
-// at N = 4096, one head), but the whole pipeline takes the same time as lesson 01 (95.2 vs
-// 95.3 ms at d = 64, N = 1024): the scores and PV kernels dominate it.
+// read or write): it reads S twice instead of three times. The whole pipeline gains little, since
+// the scores and PV kernels dominate its time (README, "How to profile", has the measurements).
 // Why this is not yet FlashAttention: P is still written, and PV still reads it. One pass with no
 // S or P at all needs PV inside the same loop, rescaled like l: lessons 03 and 04.
 // Build, test, profile:
-//   ctest --preset student -L lesson02        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson02   (the CPU model in model.cpp first)
 //   lessons/02_online_softmax/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

@@ -7,7 +7,7 @@
 //     m_new = max(m, x_j)      l = l * exp(m - m_new) + exp(x_j - m_new)      m = m_new
 // and gets both in one pass. The model below is attention with that softmax, in fp32, row by row;
 // the forward suite checks it like any kernel. Write and test it first (it runs without a GPU):
-//   ctest --preset student -L lesson02
+//   cmake --build --preset student --target check-lesson02
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -8,13 +8,13 @@
 // Why it is faster: O, m and l never leave the chip until the end (lesson 03 wrote them to HBM
 // once per K/V tile), and there are N / kRows blocks instead of batch * heads. K and V are read
 // N / kRows times, mostly from L2 (profile.sh shows DRAM and L2 bytes side by side).
-// Measured on the H200 (fp16, 16k tokens x 2048 wide): 13.0-13.3 TFLOP/s at every N, 22% of the
-// FP32 FMA ceiling; causal runs at half that (every tile is computed, then masked: lesson 06).
+// The rate is about the same at every N (README, "How to profile", has the numbers); causal runs
+// at half of it, since every tile is computed, then masked (lesson 06 skips that work).
 // Thread layout: kGroup = 4 threads share one query row; thread g owns head dims g, g + 4, g + 8,
 // ..., so a warp reading one K row from shared memory touches 4 consecutive words (no bank
 // conflicts), and the 4 partial dot products meet through 2 shuffles.
 // Build, test, profile:
-//   ctest --preset student -L lesson04        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson04   (the CPU model in model.cpp first)
 //   lessons/04_fa2/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

@@ -7,13 +7,12 @@
 // without --use_fast_math (the course never uses it), is a range reduction around the same
 // MUFU.EX2: about 6 more FP32-pipe instructions (the README has the SASS). The running max m is then in base 2 too, and the LSE
 // is converted back to natural log once per row: lse = (m + log2(l)) * ln(2).
-// What it should do to speed: the scores cost fewer FP32 instructions. Measured on the H200: 9%
-// fewer FP32-pipe instructions (784M -> 715M warp instructions at N = 4096, 8 heads) but only
-// ~1% less time (13.29 -> 13.43 TFLOP/s at d = 64, 16k): here the two matrix products (an FFMA
-// and a shared-memory load per multiply) dominate, not the exponentials. Once the products move
-// to tensor cores (lesson 07) the softmax is what is left on the FP32 pipe, and exp2 pays more.
+// What it should do to speed: the scores cost fewer FP32 instructions, but the time hardly moves
+// (README, "How to profile", has the counts): here the two matrix products (an FFMA and a
+// shared-memory load per multiply) dominate, not the exponentials. Once the products move to
+// tensor cores (lesson 07) the softmax is what is left on the FP32 pipe, and exp2 pays more.
 // Build, test, profile:
-//   ctest --preset student -L lesson05
+//   cmake --build --preset student --target check-lesson05
 //   lessons/05_exp2/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

@@ -13,11 +13,11 @@
 //      long ones do not start last and run alone at the end.
 // What it should do to speed: causal FLOPs are about half of non-causal (the course counts only
 // visible pairs), so lesson 05 ran causal at about half its non-causal TFLOP/s; with the early
-// stop causal should come close to the non-causal rate. Seed 003 saw 79 -> 145 TFLOP/s at 8k on an
-// RTX 4090 in Triton. Measured on the H200 (fp16, d = 64, 16k tokens): causal 6.71 -> 13.52 TFLOP/s
-// at 8k (lesson 05 -> 06), beside 13.78 non-causal; at N = 512 the gain is smaller (11.40).
+// stop causal should come close to the non-causal rate, less so at short N, where the half-masked
+// diagonal tiles and each block's fixed cost weigh more (README, "What to expect"; "How to
+// profile" has the measurements).
 // Build, test, profile:
-//   ctest --preset student -L lesson06
+//   cmake --build --preset student --target check-lesson06
 //   lessons/06_causal/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

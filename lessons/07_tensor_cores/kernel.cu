@@ -1,8 +1,8 @@
 // Your copy of this lesson, generated from solutions/07_tensor_cores/kernel.cu by fa-skeleton.
 // Lesson 07: the tensor cores. Lessons 04-06 computed every score with FP32 FMAs on the CUDA
-// cores, about 60 TFLOP/s at most on an H200. mma.sync hands a whole 16 x 8 x 16 product to a
-// warp's tensor cores in one instruction: fp16 or bf16 inputs, fp32 accumulators. Two things are
-// new, and fragments.hpp holds both as plain functions:
+// cores, whose peak is a small fraction of the tensor cores' (the README has both). mma.sync hands
+// a whole 16 x 8 x 16 product to a warp's tensor cores in one instruction: fp16 or bf16 inputs,
+// fp32 accumulators. Two things are new, and fragments.hpp holds both as plain functions:
 //   1. fragments: each operand is spread over the 32 lanes of a warp in a fixed layout; ldmatrix
 //      loads those layouts from shared memory (and .trans the transposed one, for V);
 //   2. P never leaves registers: the accumulator layout of S = Q K^T (16 x 8 tiles) is exactly
@@ -11,7 +11,7 @@
 // (early stop, masks on diagonal tiles only), one warp per 16 query rows, K and V tiles loaded with
 // plain 16-byte loads into shared memory, waited for, then computed. Lesson 08 overlaps the loads.
 // Build, test, profile:
-//   ctest --preset student -L lesson07
+//   cmake --build --preset student --target check-lesson07
 //   lessons/07_tensor_cores/profile.sh
 #include <string>
 

@@ -10,7 +10,7 @@
 //      needed for the two accumulators) and is re-read with ldmatrix;
 //   4. the tile shape per head dim was chosen by measurement (README, "Choosing the tiles").
 // Build, test, profile:
-//   ctest --preset student -L lesson08
+//   cmake --build --preset student --target check-lesson08
 //   lessons/08_pipelining/profile.sh
 #include <cstdlib>
 #include <string>

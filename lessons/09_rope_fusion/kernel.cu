@@ -9,7 +9,7 @@
 // Both run the same attention kernel with the same tiles (lesson 08's tiles.hpp): the only
 // difference is where the rotation happens, so the experiment in the README measures that alone.
 // Build, test, profile:
-//   ctest --preset student -L lesson09
+//   cmake --build --preset student --target check-lesson09
 //   lessons/09_rope_fusion/profile.sh
 #include <climits>
 #include <cstdlib>

@@ -18,9 +18,9 @@ inline const fa::TodoList kRopeTodosLeft = {
     "TODO(3) in rope.hpp: the pair of chunks thread `thread` copies in step `step`: with D / 16 chunk pairs per",
 };
 
-// The position RoPE turns a row by (COURSE.md, Conventions): key j sits at position j, query i at
-// i + seqlen_k - seqlen_q, aligned like the causal mask, so that the last query and the last key
-// share a position whatever the two lengths are.
+// The position RoPE turns a row by (docs/conventions.md, RoPE): key j sits at position j, query
+// i at i + seqlen_k - seqlen_q, aligned like the causal mask, so that the last query and the last
+// key share a position whatever the two lengths are.
 __host__ __device__ constexpr int query_position(int i, int seqlen_q, int seqlen_k) {
   // TODO(1): the position of query row i.
   return i;

@@ -18,8 +18,8 @@ inline const fa::TodoList kTilesTodosLeft = {
 // Tiles of `size` covering n items; the last one may be partial.
 __host__ __device__ constexpr int tile_count(int n, int size) { return (n + size - 1) / size; }
 
-// The course's causal mask (COURSE.md), bottom-right aligned: key j is visible to query i iff
-// j <= i + (seqlen_k - seqlen_q).
+// The course's causal mask, bottom-right aligned (docs/conventions.md): key j is visible to
+// query i iff j <= i + (seqlen_k - seqlen_q).
 __host__ __device__ constexpr bool visible(int i, int j, int seqlen_q, int seqlen_k) {
   return j <= i + (seqlen_k - seqlen_q);
 }

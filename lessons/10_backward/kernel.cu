@@ -19,13 +19,14 @@
 // Causal: the dK/dV blocks start at the first query tile that sees their keys, the dQ blocks stop
 // after the last key tile their rows see (backward.hpp); the mask is tested per pair, not skipped
 // on interior tiles (lesson 06's split is left out to keep the kernels short).
-// What it should do to speed: at best the SIMT forward's rate per product (lessons 04-06, about
-// 13 TFLOP/s on the H200): every FMA reads one operand from shared memory, and each (query, key)
-// pair is a chain of two dot products, four shuffles and an exp2. fa-bench counts 5 products, this
-// file does 7, so its reported TFLOP/s are its FMA rate / 1.4. ptxas: 225 registers at d = 128 in
-// dkdv_kernel (two blocks per SM), no spills. Measured times per kernel: README, How to profile.
+// What it should do to speed: at best the SIMT forward's rate per product (lessons 04-06): every
+// FMA reads one operand from shared memory, and each (query, key) pair is a chain of two dot
+// products, four shuffles and an exp2. fa-bench counts 5 products, this file does 7, so its
+// reported TFLOP/s are its FMA rate / 1.4. dkdv_kernel keeps its tile's K, V, dK and dV in
+// registers, so few blocks fit on an SM; ptxas's register counts (printed when the lesson builds,
+// README "The thread layout") and the measured times per kernel (README, "How to profile").
 // Build, test, profile:
-//   ctest --preset student -L lesson10        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson10        (the CPU model in model.cpp first)
 //   lessons/10_backward/profile.sh
 #include <string>
 

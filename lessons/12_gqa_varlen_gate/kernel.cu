@@ -13,7 +13,7 @@
 //   dg      dG_t = -(column sum of dS over the query rows that see key t) (the row sums of dS are
 //           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
 // Build, test, profile:
-//   ctest --preset student -L lesson12
+//   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
 // Experiment knobs (environment, read on the host): FA_LESSON12_ORDER=natural runs the forward's
 // tiles in packed order instead of heaviest first; FA_LESSON12_DQ=pass times the backward's
@@ -191,14 +191,13 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 // ---- Forward -----------------------------------------------------------------------------------
 // The swizzled tiles assume that shared memory rows of 128 bytes start at 128-byte boundaries. The
 // dynamic buffer comes after the kernel's static __shared__ variables (the block's bounds below),
-// and by default it is only 16-byte aligned: forward_kernel's 96 bytes of them put every row of a
-// tile across two 128-byte lines, and each cp.async row took two shared-memory wavefronts.
-// Aligned, the forward is 5-6% faster at d = 64 and the backward 3-7% (README, "The 96 bytes").
-// Each kernel below declares the buffer __align__(128): it then starts at the next 128-byte
-// boundary, at an address the compiler still knows (rounding the pointer up at run time instead
-// cost 1% in the forward and 5% in the backward: every tile address became a register). The check
-// traps (an error at the next synchronisation, which every test makes) if a compiler ever places
-// it otherwise.
+// and by default it is only 16-byte aligned: forward_kernel's 96 bytes of them would put every row
+// of a tile across two 128-byte lines, and each cp.async row would take two shared-memory
+// wavefronts instead of one (README, "The 96 bytes", has what it costs). Each kernel below
+// declares the buffer __align__(128): it then starts at the next 128-byte boundary, at an address
+// the compiler still knows (rounding the pointer up at run time instead makes every tile address
+// a register, which is slower). The check traps (an error at the next synchronisation, which
+// every test makes) if a compiler ever places it otherwise.
 __device__ __forceinline__ void check_tile_alignment(const void* tiles) {
   if (threadIdx.x == 0 && (fa::smem_addr(tiles) & 127u) != 0) __trap();
 }

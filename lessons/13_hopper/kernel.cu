@@ -485,7 +485,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- Host: tensor maps and the launch ------------------------------------------------------------
 // cuTensorMapEncodeTiled lives in the driver (libcuda); the course links only the runtime, so it
-// is fetched from the driver at run time (COURSE.md: no link against libcuda).
+// is fetched from the driver at run time. Linked against libcuda, every test binary would fail to
+// load on a machine without a driver (CI), where the build lists the tests by running them.
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                  const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);

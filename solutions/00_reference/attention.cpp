@@ -7,7 +7,7 @@
 // Why it is slow: S and P are seqlen_q x seqlen_k per head. At N = 16k that is 256 M scores per
 // head, 512 MB in fp16, more than ten times the H200's 50 MB L2 (README, "The memory wall").
 // Build, test, profile:
-//   cmake --workflow --preset student        (or: ctest --preset student -L lesson00)
+//   cmake --preset student, then: cmake --build --preset student --target check-lesson00
 //   lessons/00_reference/profile.sh          (CPU time and memory as N doubles)
 #include <Eigen/Dense>
 #include <algorithm>

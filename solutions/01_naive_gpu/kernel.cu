@@ -9,7 +9,7 @@
 // (profile.sh shows it), and at N = 16k with 32 heads S alone is 34 GB. The README ("How to
 // profile") has its measured TFLOP/s and bytes.
 // Build, test, profile:
-//   cmake --workflow --preset student      (or: ctest --preset student -L lesson01)
+//   cmake --build --preset student --target check-lesson01
 //   lessons/01_naive_gpu/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

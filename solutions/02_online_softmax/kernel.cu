@@ -11,7 +11,7 @@
 // Why this is not yet FlashAttention: P is still written, and PV still reads it. One pass with no
 // S or P at all needs PV inside the same loop, rescaled like l: lessons 03 and 04.
 // Build, test, profile:
-//   ctest --preset student -L lesson02        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson02   (the CPU model in model.cpp first)
 //   lessons/02_online_softmax/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

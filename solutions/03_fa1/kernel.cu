@@ -11,7 +11,7 @@
 // profile", has the measured TFLOP/s and bytes).
 // Thread layout as in lesson 04: kGroup = 4 threads per query row, thread g owns dims g, g + 4, ...
 // Build, test, profile:
-//   ctest --preset student -L lesson03        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson03   (the CPU model in model.cpp first)
 //   lessons/03_fa1/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

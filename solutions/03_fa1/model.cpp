@@ -5,7 +5,7 @@
 // O, m, l of the whole head), folds the tile in, normalises O again, and writes all three back.
 // So O travels to HBM and back once per K/V tile: seqlen_k / kBc times. Lesson 04 swaps the loops
 // and keeps them on chip. Write and test this model first (it runs without a GPU):
-//   ctest --preset student -L lesson03
+//   cmake --build --preset student --target check-lesson03
 #include <algorithm>
 #include <cmath>
 #include <limits>

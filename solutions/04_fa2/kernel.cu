@@ -13,7 +13,7 @@
 // ..., so a warp reading one K row from shared memory touches 4 consecutive words (no bank
 // conflicts), and the 4 partial dot products meet through 2 shuffles.
 // Build, test, profile:
-//   ctest --preset student -L lesson04        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson04   (the CPU model in model.cpp first)
 //   lessons/04_fa2/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

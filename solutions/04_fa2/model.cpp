@@ -4,7 +4,7 @@
 // keep each row's running max m, running sum l and unnormalised output acc "on chip" (here: in
 // local vectors). Divide by l once, at the very end. The kernel in kernel.cu does exactly this,
 // with the rows spread over threads; write and test this model first (it runs without a GPU):
-//   ctest --preset student -L lesson04 -L cpu
+//   cmake --build --preset student --target check-lesson04   (its CPU tests, this model among them, run first)
 #include <algorithm>
 #include <cmath>
 #include <limits>

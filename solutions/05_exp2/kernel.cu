@@ -11,7 +11,7 @@
 // shared-memory load per multiply) dominate, not the exponentials. Once the products move to
 // tensor cores (lesson 07) the softmax is what is left on the FP32 pipe, and exp2 pays more.
 // Build, test, profile:
-//   ctest --preset student -L lesson05
+//   cmake --build --preset student --target check-lesson05
 //   lessons/05_exp2/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

@@ -16,7 +16,7 @@
 // diagonal tiles and each block's fixed cost weigh more (README, "What to expect"; "How to
 // profile" has the measurements).
 // Build, test, profile:
-//   ctest --preset student -L lesson06
+//   cmake --build --preset student --target check-lesson06
 //   lessons/06_causal/profile.sh
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"

@@ -10,7 +10,7 @@
 // (early stop, masks on diagonal tiles only), one warp per 16 query rows, K and V tiles loaded with
 // plain 16-byte loads into shared memory, waited for, then computed. Lesson 08 overlaps the loads.
 // Build, test, profile:
-//   ctest --preset student -L lesson07
+//   cmake --build --preset student --target check-lesson07
 //   lessons/07_tensor_cores/profile.sh
 #include <string>
 

@@ -25,7 +25,7 @@
 // registers, so few blocks fit on an SM; ptxas's register counts (printed when the lesson builds,
 // README "The thread layout") and the measured times per kernel (README, "How to profile").
 // Build, test, profile:
-//   ctest --preset student -L lesson10        (the CPU model in model.cpp first)
+//   cmake --build --preset student --target check-lesson10        (the CPU model in model.cpp first)
 //   lessons/10_backward/profile.sh
 #include <string>
 

@@ -11,7 +11,7 @@
 //      pass (p.deterministic): dq_kernel, one block per query tile, recomputes S and dP and sums
 //        dS K over the key tiles in a fixed order: no atomics, bitwise reproducible, ~1.4x the math.
 // Build, test, profile:
-//   ctest --preset student -L lesson11
+//   cmake --build --preset student --target check-lesson11
 //   lessons/11_fast_backward/profile.sh
 #include <cstdlib>
 #include <cstring>

@@ -12,7 +12,7 @@
 //   dg      dG_t = -(column sum of dS over the query rows that see key t) (the row sums of dS are
 //           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
 // Build, test, profile:
-//   ctest --preset student -L lesson12
+//   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
 // Experiment knobs (environment, read on the host): FA_LESSON12_ORDER=natural runs the forward's
 // tiles in packed order instead of heaviest first; FA_LESSON12_DQ=pass times the backward's

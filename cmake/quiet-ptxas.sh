@@ -1,0 +1,22 @@
+#!/bin/sh
+# The CUDA compiler launcher of the lesson libraries (cmake/FaLesson.cmake): runs the compile
+# command it is given, keeps ptxas's per-kernel report (-Xptxas=-v: registers, stack, spills) in
+# <object>.ptxas.log beside the object, and prints everything else (errors, warnings), plus one
+# line per kernel that spills registers. A build stays readable, and CI still reads every report.
+out=""
+prev=""
+for a in "$@"; do
+  [ "$prev" = "-o" ] && out=$a
+  prev=$a
+done
+log=$(mktemp)
+"$@" > "$log" 2>&1
+rc=$?
+if [ -n "$out" ]; then
+  grep -E '^ptxas info|^ *[0-9]+ bytes stack frame' "$log" > "$out.ptxas.log"
+fi
+grep -vE '^ptxas info|^ *[0-9]+ bytes stack frame' "$log"
+grep -B2 -E '[1-9][0-9]* bytes spill (stores|loads)' "$log" | grep -E "Function properties|bytes spill" |
+  sed 's/^/spill: /'
+rm -f "$log"
+exit $rc
