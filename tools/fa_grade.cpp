@@ -58,10 +58,17 @@ struct Lesson {
   std::string progress() const {
     if (untouched) return "not started";
     if (not_built) return "does not compile";
-    if (!todos_left.empty()) {
-      std::string t = "TODOs left: ";
-      for (size_t i = 0; i < todos_left.size(); ++i) t += (i ? ", " : "") + todos_left[i].substr(0, todos_left[i].find(':'));
-      return t;
+    if (!todos_left.empty()) {  // "TODO(1) in kernel.cu: ..." -> "TODO(1), TODO(2) in kernel.cu; TODO(3) in model.cpp"
+      std::string t = "TODOs left: ", file;
+      for (const std::string& todo : todos_left) {
+        const size_t in = todo.find(" in "), colon = todo.find(':');
+        const std::string f = todo.substr(in + 4, colon - in - 4);
+        if (!file.empty() && f != file) t += " in " + file + "; ";
+        else if (!file.empty()) t += ", ";
+        t += todo.substr(0, in);
+        file = f;
+      }
+      return t + " in " + file;
     }
     if (!broken.empty()) return "failing: " + broken;
     if (failed > 0) return "failing (" + std::to_string(failed) + " of " + std::to_string(passed + failed) + " tests)";
