@@ -1,6 +1,7 @@
 # The one CMake helper per lesson, and the one helper per test executable.
 #
-#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [CPU_TESTS files...] [GPU_TESTS files...])
+#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [TILE_COUNTS forward|backward]
+#                 [CPU_TESTS files...] [GPU_TESTS files...])
 #
 # builds ${FA_LESSONS_DIR}/<NN>_<name>/*.{cu,cpp} into the library lesson<NN> (linked with the
 # runtime, never with the reference), and its tests labelled lesson<NN>:
@@ -10,6 +11,8 @@
 #                  memory): the same suites run on it, without a GPU
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
+#   TILE_COUNTS    the lesson skips work: a test build counts the tiles each work tile visits in
+#                  that direction, and tests/tile_counts_test.cpp checks them (label lessonNN.tiles)
 #   ARCH           a CUDA architecture the lesson needs (e.g. 90a): the lesson is built for it
 #                  alone, when the course chose the architectures (unless the GPU present is
 #                  another) or the user's list has it; otherwise it is skipped, with a message
@@ -54,7 +57,7 @@ function(fa_lesson_binding_defines out getter nn)
 endfunction()
 
 function(fa_add_lesson nn name)
-  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH" "CPU_TESTS;GPU_TESTS" ${ARGN})
+  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH;TILE_COUNTS" "CPU_TESTS;GPU_TESTS" ${ARGN})
   set(id ${nn}_${name})
   set(label lesson${nn})
   set(dir ${FA_LESSONS_DIR}/${id})
@@ -165,6 +168,31 @@ function(fa_add_lesson nn name)
       list(APPEND targets test_${label}_${part})
     endif()
   endforeach()
+  # TILE_COUNTS forward|backward: a test build of the lesson counts the tiles each work tile
+  # visits (FA_COUNT_TILES, fa/device.cuh), and tests/tile_counts_test.cpp checks them. It is
+  # compiled for one architecture (it only runs on the GPU at hand, like the mutants).
+  if(L_TILE_COUNTS)
+    if(NOT L_TILE_COUNTS MATCHES "^(forward|backward)$")
+      message(FATAL_ERROR "lesson ${id}: TILE_COUNTS takes forward or backward, not ${L_TILE_COUNTS}")
+    endif()
+    string(TOUPPER ${L_TILE_COUNTS} direction)
+    add_library(${label}_counted STATIC ${srcs})
+    target_link_libraries(${label}_counted PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
+    target_include_directories(${label}_counted PUBLIC ${dir})
+    target_compile_definitions(${label}_counted PRIVATE FA_COUNT_TILES)
+    fa_lesson_binding_defines(binding_defines fa_lesson_${nn} ${nn})
+    fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles
+                   SOURCES ${PROJECT_SOURCE_DIR}/tests/tile_counts_test.cpp ${binding}
+                   LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} FA_TILES_${direction}=1)
+    list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
+    if(arch_override)
+      set(one_arch ${arch_override})
+    endif()
+    if(NOT one_arch STREQUAL "native")
+      set_target_properties(${label}_counted test_${label}_tiles PROPERTIES CUDA_ARCHITECTURES ${one_arch})
+    endif()
+    list(APPEND targets test_${label}_tiles)
+  endif()
   if(arch_override)
     set_target_properties(${targets} PROPERTIES CUDA_ARCHITECTURES ${arch_override})
   endif()
@@ -299,9 +327,11 @@ function(fa_add_patch_mutants)
     # The mutated file alone: a kernel.cu holds its lesson's GPU entry point, a model.cpp its model.
     # "tests: <file>": the lesson's own tests run too (lesson 09's RoPE lives outside the forward suite).
     set(extra "")
+    set(extra_tests "")
     string(REGEX MATCH "tests: ([A-Za-z0-9_.]+)" _ "${head}")
     if(CMAKE_MATCH_1)
       set(extra ${PROJECT_SOURCE_DIR}/tests/${CMAKE_MATCH_1})
+      set(extra_tests ${CMAKE_MATCH_1})
     endif()
     # "suite: backward": the backward suite judges the mutant (lessons 10 on), not the forward one.
     set(suite forward)
@@ -318,6 +348,10 @@ function(fa_add_patch_mutants)
     fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name}=${hint} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
+    if(extra_tests STREQUAL "tile_counts_test.cpp")  # the test build that counts tiles, in the suite's direction
+      string(TOUPPER ${suite} direction)
+      target_compile_definitions(mutants_${name} PRIVATE FA_COUNT_TILES FA_TILES_${direction}=1)
+    endif()
     if(NOT arch STREQUAL "native")
       set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${arch})
     endif()

@@ -797,6 +797,62 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
   });
 }
 
+Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir) {
+  return guarded(c, [&]() -> Outcome {
+    const Inputs in = make_inputs(c, seed_for(c.describe()));
+    Run r = dir == Direction::kForward ? prepare(lesson, c, in) : prepare_backward(lesson, c, in, BackwardInputs(c, in));
+    const int64_t records = (int64_t(std::max(c.seqlen_q, c.seqlen_k)) / 16 + 2) * c.batch * c.heads_q;
+    Buffer counts(lesson.memory, size_t(records) * kTileRecord * 4, "tile_counts");
+    const std::vector<int> zeros(size_t(records) * kTileRecord, 0);
+    counts.upload(zeros.data(), counts.bytes());
+    r.p.tile_counts = static_cast<int*>(counts.data());
+    execute(lesson, r, dir);
+    counts.check_guards();
+    const std::vector<int> rec = counts.to_host<int>();
+    const int sq = c.seqlen_q, sk = c.seqlen_k, off = sk - sq, group = c.heads_q / c.heads_kv;
+    int64_t written = 0, visited = 0, needed = 0;
+    std::string first_bad;
+    for (int64_t w = 0; w < records; ++w) {
+      const int* x = &rec[size_t(w) * kTileRecord];
+      if (x[2] <= 0) continue;  // no work tile of this number
+      ++written;
+      const bool keys_owned = x[3] >= kKeysOwned;
+      const int tile = keys_owned ? x[3] - kKeysOwned : x[3], first = x[1], length = x[2];
+      if (tile <= 0) return fail(c, "test error: tile record " + std::to_string(w) + " has tile size " + std::to_string(tile));
+      int want = 0;
+      if (!keys_owned) {  // rows first .. first + length - 1 visit key tiles of `tile` keys
+        const int last = std::min(first + length, sq) - 1;
+        const int k_end = first >= sq ? 0 : c.causal ? std::min(sk, last + off + 1) : sk;
+        want = k_end > 0 ? (k_end + tile - 1) / tile : 0;
+      } else {  // keys first .. first + length - 1 visit query tiles of `tile` rows, for each head of the group
+        const int q_first = c.causal ? std::max(0, first - off) : 0, n_qtiles = (sq + tile - 1) / tile;
+        want = first >= sk || q_first >= sq ? 0 : (n_qtiles - q_first / tile) * group;
+      }
+      visited += x[0];
+      needed += want;
+      if (x[0] != want && first_bad.empty())
+        first_bad = std::string("work tile ") + std::to_string(w) + (keys_owned ? " (keys " : " (rows ") + std::to_string(first) +
+                    " .. " + std::to_string(first + length - 1) + ") visited " + std::to_string(x[0]) + " tiles of " +
+                    std::to_string(tile) + (keys_owned ? " query rows" : " keys") + "; the ones its " +
+                    (keys_owned ? "keys are seen from" : "rows see") + " are " + std::to_string(want);
+    }
+    if (written == 0)
+      return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
+                     "and does it call fa::tile_count_begin?");
+    if (!first_bad.empty()) {
+      std::string text = "MISMATCH: " + first_bad + " (all work tiles: " + std::to_string(visited) + " tiles visited, " +
+                         std::to_string(needed) + " needed)";
+      if (visited > needed)
+        text += format_hints({{"extra-tiles", "the output can be right and the kernel still slow: it visits tiles that hold no "
+                                              "pair its rows see; stop at the last key the block's last row sees (j <= i + "
+                                              "seqlen_k - seqlen_q), or start at the first query tile that sees the block's first key"}});
+      return fail(c, text);
+    }
+    return {true, false, c.describe() + ": " + std::to_string(written) + " work tiles visited exactly the " +
+                             std::to_string(needed) + " tiles their rows see"};
+  });
+}
+
 Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c) {
   return guarded(c, [&]() -> Outcome {
     const Inputs in = make_inputs(c, seed_for(c.describe()));

@@ -97,6 +97,12 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
 // dV and dg).
 Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c);
 
+// A test build of a lesson that skips work (FA_COUNT_TILES, fa/device.cuh) counts the tiles each
+// work tile visits: it must visit exactly the tiles that hold a pair its rows see (causal: up to
+// the last visible key of its last row; a backward block owning keys: from the first query tile
+// that sees any of them, for each query head of its group), no tile more and none less.
+Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir);
+
 // The lesson a test executable tests (tests/lesson_binding.cpp, compiled per executable).
 const LessonInfo& lesson_under_test();
 int lesson_number();

@@ -35,6 +35,33 @@ template <int width = 32> __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
+// ---- Tile counts (test builds) ------------------------------------------------------------------
+// A lesson that skips work (causal early stop, K/V-stationary backward) is correct and slower when
+// it visits a tile too many, and no output shows it. A test build (FA_COUNT_TILES, cmake's
+// TILE_COUNTS) records, for every work tile, how many tiles it visited, and the tests compare that
+// with the tiles its rows see (tests/tile_counts_test.cpp); fa/params.hpp describes a record.
+// One thread per block calls these; every other build compiles them to nothing.
+__device__ __forceinline__ void tile_count_begin(const AttnParams& p, int64_t work, int first, int length, int tile) {
+#ifdef FA_COUNT_TILES
+  if (p.tile_counts == nullptr) return;
+  int* r = p.tile_counts + work * kTileRecord;
+  r[1] = first;
+  r[2] = length;
+  r[3] = tile;
+#else
+  (void)p, (void)work, (void)first, (void)length, (void)tile;
+#endif
+}
+__device__ __forceinline__ void tile_count_visit(const AttnParams& p, int64_t work) {
+#ifdef FA_COUNT_TILES
+  if (p.tile_counts != nullptr) atomicAdd(p.tile_counts + work * kTileRecord, 1);
+#else
+  (void)p, (void)work;
+#endif
+}
+// The work tile of a block of a (tiles, heads) grid.
+__device__ __forceinline__ int64_t block_work() { return int64_t(blockIdx.y) * gridDim.x + blockIdx.x; }
+
 }  // namespace fa
 
 // Runs `...` with `T` bound to the storage type of `dtype` (__half or __nv_bfloat16).

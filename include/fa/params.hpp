@@ -66,8 +66,17 @@ struct AttnParams {
   Strides do_stride, dq_stride, dk_stride, dv_stride;
   bool deterministic = false;
 
+  // Test builds only (FA_COUNT_TILES, fa/device.cuh): per work tile, the tiles it visited, in
+  // records of kTileRecord ints.
+  int* tile_counts = nullptr;
+
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
 };
+
+// A tile_counts record: {tiles visited, the work tile's first row (or key), its rows (or keys),
+// the size of the tiles it visits (+ kKeysOwned: a backward block owning keys, visiting query tiles)}.
+constexpr int kTileRecord = 4;
+constexpr int kKeysOwned = 1 << 30;
 
 double default_scale(int head_dim);
 

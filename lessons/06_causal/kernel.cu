@@ -54,6 +54,7 @@ __device__ __forceinline__ void process_tile(RowState<D / kGroup>& st, float (&K
                                              const T* kbase, const T* vbase, const fa::AttnParams& p, int k0,
                                              int last_visible, int g) {
   constexpr int kDims = D / kGroup;
+  if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
   __syncthreads();
   for (int e = threadIdx.x; e < kKeys * D; e += kThreads) {
     const int j = e / D, c = e % D;
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kThreads) causal_kernel(const fa::AttnParams p
   // Heaviest query tiles first when causal (see the header): block 0 takes the last tile.
   const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int i0 = tile * kRows;  // the block's first row
+  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), i0, kRows, kKeys);
   const int i = i0 + r;
   const bool row_valid = i < p.seqlen_q;
   const int offset = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + offset

@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
     n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
   }
   const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
+  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), q0, kRows, kKeys);
 
   // TODO(3): the prologue: start the Q tile, commit it as a group, then the K and V tiles 0 ..
   //   kStages - 2 into ring slots 0 .. kStages - 2, one commit per tile (commit even when the tile
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
   const uint32_t v_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);  // B: V, .trans
 
   for (int j = 0; j < n_tiles; ++j) {
+    if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
     // TODO(4): the ring: wait for tile j (at most kStages - 2 groups pending), __syncthreads (tile
     //   j visible to every warp, and every warp done with tile j - 1), then start tile
     //   j + kStages - 1 into slot (j + kStages - 1) % kStages (the slot of tile j - 1) and commit.

@@ -122,6 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
   const int per_head = max(0, n_qtiles - first);
   const int n_iter = per_head * group;
+  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), k0, kKeys, kRows + fa::kKeysOwned);
 
   load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, k0, p.seqlen_k);
   load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, k0, p.seqlen_k);
@@ -155,6 +156,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
 
   for (int it = 0; it < n_iter; ++it) {
+    if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
     const int buf = it & 1;
     const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
     // TODO(4): the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the

@@ -221,10 +221,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       auto copies_of = [&](int64_t work) {
         const Tile t = tile_of(p, work);
+        fa::tile_count_begin(p, work, t.q0, kRows, kKeys);
         return Copies{t.q0, t.b * p.heads_q + t.h, t.b * p.heads_kv + t.hk, t.n_tiles};
       };
       // Key tile j of a work tile (K/V head kz) into the ring's next stage, once the consumers have freed it.
-      auto copy_kv = [&](int kz, int j) {
+      auto copy_kv = [&](int kz, int j, int64_t work) {
+        fa::tile_count_visit(p, work);
         const int s = kv % kStages;
         // TODO(5): before reusing stage s (reused), wait for the consumers' release of the tile it
         //   held, one round ago: the phase of empty[s] whose parity is the previous round's.
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mark(ph::kCopyQ, w);
           mbar_expect_tx(q_full, S::q_bytes);
           for (int cb = 0; cb < D / kBlockCols; ++cb) tma_load(q_addr + cb * kRows * 128, &tq, q_full, cb * kBlockCols, c.q0, c.qz);
-          for (int j = early; j < c.n_tiles; ++j) copy_kv(c.kz, j);
+          for (int j = early; j < c.n_tiles; ++j) copy_kv(c.kz, j, w);
           // The next work tile: the counter's next value (step 4), or none (one tile a block).
           if (kPersistent) next = int64_t(gridDim.x) + int64_t(atomicAdd(counter, 1ull));
           work_slot[(iter + 1) & 1] = next;
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           early = 0;
           if (next < n_work) {
             c = copies_of(next);
-            for (; early < min(c.n_tiles, kStages - 2); ++early) copy_kv(c.kz, early);
+            for (; early < min(c.n_tiles, kStages - 2); ++early) copy_kv(c.kz, early, next);
           }
         }
         w = __shfl_sync(0xffffffffu, next, 0);

@@ -1,0 +1,39 @@
+// The tile-count test of a lesson that skips work: a test build of the lesson (FA_COUNT_TILES,
+// fa_add_lesson's TILE_COUNTS) records the tiles each work tile visits, and they must be exactly
+// the tiles holding a pair its rows see (tests/support.hpp, check_tile_counts). A kernel that
+// visits one fully masked tile too many is correct and 3-24% slower; only this test sees it.
+#include <doctest/doctest.h>
+
+#include <utility>
+
+#include "check.hpp"
+
+namespace {
+
+void run(fa::test::Direction dir) {
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  const fa::test::Requirements& req = fa::test::required_for(fa::test::lesson_number());
+  for (int d : req.head_dims)
+    for (bool causal : {false, true})
+      for (auto [sq, sk] : {std::pair{1000, 1000}, std::pair{129, 300}, std::pair{300, 129}, std::pair{1, 128},
+                            std::pair{64, 1}, std::pair{17, 17}}) {
+        fa::test::Case c;
+        c.seqlen_q = sq;
+        c.seqlen_k = sk;
+        c.head_dim = d;
+        c.causal = causal;
+        c.batch = 2;
+        c.heads_q = lesson.features.gqa ? 4 : 2;
+        c.heads_kv = 2;
+        FA_CHECK_OUTCOME(fa::test::check_tile_counts(lesson, c, dir));
+      }
+}
+
+}  // namespace
+
+#if FA_TILES_FORWARD
+TEST_CASE("tiles: the forward visits exactly the key tiles its rows see") { run(fa::test::Direction::kForward); }
+#endif
+#if FA_TILES_BACKWARD
+TEST_CASE("tiles: the backward visits exactly the query tiles that see its keys") { run(fa::test::Direction::kBackward); }
+#endif
