@@ -5,6 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info  # your GPU's SMs, L2, bandwidth: the terms of the README's questions
 n=4096 heads=8 d=128
 echo "== ncu, N = $n, $heads heads, head_dim $d, fp16: $((4 * heads * n * n * d / 1000000)) MFLOP of attention"
 echo "   one mma.sync m16n8k16 is 2 x 16 x 8 x 16 = 4096 FLOPs; one FFMA instruction (32 lanes) 64"

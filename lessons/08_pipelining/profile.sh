@@ -6,6 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info  # your GPU's SMs, L2, bandwidth: the terms of the README's questions
 n=4096 heads=8 d=128
 echo "== ncu, N = $n, $heads heads, head_dim $d, fp16"
 "$root/tools/ncu-profile.sh" lesson08_n$n \

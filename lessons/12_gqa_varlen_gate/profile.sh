@@ -12,6 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
+"$root/tools/ncu-profile.sh" --gpu-info  # your GPU's SMs, L2, bandwidth: the terms of the README's questions
 part=${1:-all}
 case "$part" in 1|2|all) ;; *) echo "usage: $0 [1|2]   (1: the bytes GQA saves; 2: the small kernels' times; default both)"; exit 2 ;; esac
 
