@@ -111,6 +111,8 @@ function(fa_add_lesson nn name)
   # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
   target_link_libraries(${label} PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
   target_include_directories(${label} PUBLIC ${dir})  # a lesson's own headers, for its tests
+  # An earlier lesson's headers, by folder: lesson 14 includes "13_hopper/wgmma.hpp".
+  target_include_directories(${label} PRIVATE ${FA_LESSONS_DIR})
   # ptxas -v reports every kernel's registers and spills: kept in <object>.ptxas.log beside each
   # object (CI checks them for spills), only spills and warnings printed (cmake/quiet-ptxas.sh).
   target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
@@ -178,7 +180,7 @@ function(fa_add_lesson nn name)
     string(TOUPPER ${L_TILE_COUNTS} direction)
     add_library(${label}_counted STATIC ${srcs})
     target_link_libraries(${label}_counted PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
-    target_include_directories(${label}_counted PUBLIC ${dir})
+    target_include_directories(${label}_counted PUBLIC ${dir} PRIVATE ${FA_LESSONS_DIR})
     target_compile_definitions(${label}_counted PRIVATE FA_COUNT_TILES)
     fa_lesson_binding_defines(binding_defines fa_lesson_${nn} ${nn})
     fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles
@@ -346,7 +348,7 @@ function(fa_add_patch_mutants)
     endif()
     set(hint ${CMAKE_MATCH_1})
     fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name}=${hint} NO_CONTROL)
-    target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson})
+    target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson} ${PROJECT_SOURCE_DIR}/solutions)
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(extra_tests STREQUAL "tile_counts_test.cpp")  # the test build that counts tiles, in the suite's direction
       string(TOUPPER ${suite} direction)

@@ -30,6 +30,13 @@ Requirements rope_forward() {
 // Lessons 10-11, the backward: the core's shapes and dtypes, gradients instead of outputs.
 Requirements core_backward() { return core_forward(); }
 
+// Lesson 14, the backward on Hopper: the core and grouped-query heads (MQA included).
+Requirements gqa_backward() {
+  Requirements r = core_backward();
+  r.features.gqa = true;
+  return r;
+}
+
 // Lesson 12, forward and backward: the core, grouped-query heads, packed variable-length batches
 // (cu_seqlens) and the log-decay gate.
 Requirements gqa_varlen_gate() {
@@ -56,6 +63,7 @@ const Requirements& required_for(int lesson) {
       {11, core_backward()},  // backward, fast (mma.sync)
       {12, gqa_varlen_gate()},  // GQA, varlen and the decay gate, forward and backward
       {13, core_forward()},  // Hopper: TMA, mbarriers, wgmma (sm_90a)
+      {14, gqa_backward()},  // Hopper backward: TMA, wgmma, dQ by atomics or in order (sm_90a)
   };
   const auto it = table.find(lesson);
   if (it == table.end())

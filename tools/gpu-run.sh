@@ -22,6 +22,7 @@
 #                 Lesson 13 needs sm_90a: on a GPU other than Hopper, or with an ARCH list without
 #                 90a, its tests are skipped and the run fails; add CTEST_ARGS="-LE lesson13" there.
 #   CMAKE_ARGS    extra configure arguments, e.g. "-DFA_BUILD_MUTANTS=OFF"
+#   TARGETS       build only these targets (e.g. "build-lesson14"), not everything
 #   CTEST_ARGS    extra ctest arguments, e.g. "-L lesson04" or "-R forward" (narrows the run)
 #   CTEST_J       tests run at once (default: the number of cores)
 #   TEST_TIMEOUT  seconds one test may take before it fails (default 300)
@@ -146,7 +147,10 @@ echo "gpu-run: CUDA architectures: ${archs:-?}"
 
 # 4. Build with every core.
 echo "gpu-run: building with $jobs jobs (log: $out/build.log)"
-if ! cmake --build "$build" -j "$jobs" > "$out/build.log" 2>&1; then
+read -ra targets <<< "${TARGETS:-}"
+target_args=()
+[ ${#targets[@]} -gt 0 ] && target_args=(--target "${targets[@]}")
+if ! cmake --build "$build" -j "$jobs" "${target_args[@]}" > "$out/build.log" 2>&1; then
   grep -E "error|Error|FAILED" "$out/build.log" | head -n 40
   die "build failed (full log: $out/build.log)"
 fi

@@ -118,9 +118,9 @@ if [ "$perf" = 1 ]; then
 fi
 if [ "$build_only" = 1 ]; then echo "$(stamp) built (--build-only)"; exit 0; fi
 if [ "$perf" = 1 ]; then
-  # The lessons with performance points; the backward ones (10, 11) are timed with --bwd. Every
+  # The lessons with performance points; the backward-only ones (10, 11, 14) are timed with --bwd. Every
   # timed case is validated first; 4001 is no multiple of any tile, so the tails are timed too.
-  pick() { awk -v bwd="$1" -v only=",$only," '!/^#/ && NF == 3 && $3 > 0 { n = substr($1, 7); b = (n == "10" || n == "11");
+  pick() { awk -v bwd="$1" -v only=",$only," '!/^#/ && NF == 3 && $3 > 0 { n = substr($1, 7); b = (n == "10" || n == "11" || n == "14");
              if (b == bwd && (only == ",," || index(only, "," n ","))) { printf "%s%s", sep, n; sep = "," } }' "$root/tests/grading.txt"; }
   grid=(--seqlens 4096,4001 --head-dims 64,128 --causal 0,1 --reps 10 --max-seconds 4)
   for bwd in 0 1; do

@@ -27,11 +27,13 @@
 #include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
+#include "fa/hopper.cuh"
 #include "fa/mma.cuh"
+#include "fa/tensor_map.hpp"
+#include "fa/wgmma.cuh"
 #include "fa/params.hpp"
 #include "trace.hpp"
 #include "wgmma.hpp"
-#include "wgmma_ops.cuh"
 
 namespace {
 
@@ -68,54 +70,18 @@ struct Smem {
   static constexpr int total = slots + 16 + 1024;              // and slack to align the base
 };
 
-// ---- mbarrier and TMA, one PTX instruction each --------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Waits until the barrier's phase `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// One box of a 3-D tensor map into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void set_max_registers_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
-template <int kRegs>
-__device__ __forceinline__ void set_max_registers_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
-// Named barriers (ids 1-15; __syncthreads uses 0): wait until `count` threads arrived, or arrive only.
-// The threads of one barrier meet it at different instructions (the producer's loop, a consumer's
-// phases), so these are the unaligned forms (bar.sync is barrier.sync.aligned, which promises one
-// instruction for all). A warp still takes part as a whole: __syncwarp() first reconverges a warp
-// whose threads went separate ways (a spin on an mbarrier, a lane-0 branch).
-__device__ __forceinline__ void named_sync(int id, int count) {
-  __syncwarp();
-  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int count) {
-  __syncwarp();
-  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ int sm_id() {
-  int id;
-  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));
-  return id;
-}
+// The mbarrier, TMA and named-barrier instructions (one PTX instruction each) are in
+// fa/hopper.cuh; the wgmma instructions in fa/wgmma.cuh.
+using fa::mbar_arrive;
+using fa::mbar_expect_tx;
+using fa::mbar_init;
+using fa::mbar_wait;
+using fa::named_arrive;
+using fa::named_sync;
+using fa::set_max_registers_dec;
+using fa::set_max_registers_inc;
+using fa::sm_id;
+using fa::tma_load;
 
 // ---- Work tiles ------------------------------------------------------------------------------------
 // A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
@@ -202,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full + 8 * s, 1);   // the producer's arrive (with the bytes it expects)
       mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once its wgmmas on the stage are done
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fa::fence_mbar_init();
   }
   __syncthreads();
 
@@ -300,15 +266,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t kj = k_addr + (r % kStages) * S::kv_bytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      lesson13::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk), kk > 0);
-    lesson13::wgmma_commit();
+      fa::wgmma_ss<T, kKeys>(sacc, lesson13::kmajor_desc(q_rows, kRows, kk), lesson13::kmajor_desc(kj, kKeys, kk), kk > 0);
+    fa::wgmma_commit();
   };
   // O += P V: P's floats 8 kk .. 8 kk + 7 are the A registers of step kk (wgmma.hpp, a_element).
   auto issue_pv = [&](int r) {
     const uint32_t vj = v_addr + (r % kStages) * S::kv_bytes;
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) lesson13::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
-    lesson13::wgmma_commit();
+    for (int kk = 0; kk < kKeys / 16; ++kk) fa::wgmma_rs<T, D>(o, pa[kk], lesson13::mnmajor_desc(vj, kKeys, kk), 1);
+    fa::wgmma_commit();
   };
   auto wait_full = [&](int r) { mbar_wait(full + 8 * (r % kStages), (r / kStages) & 1); };
   // This warp is done with ring position r (its wgmmas on it have completed): one of the 8 arrivals.
@@ -387,20 +353,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           mark(ph::kWaitKV, j);
           wait_full(kv + j);
           mark(ph::kIssue, j);
-          lesson13::wgmma_fence();
+          fa::wgmma_fence();
           issue_s(kv + j);
           mark(ph::kWaitS, j);
-          lesson13::wgmma_wait<0>();
+          fa::wgmma_wait<0>();
           mark(ph::kSoftmax, j);
           softmax(j, alpha);
           mark(ph::kRescale, j);
           rescale_o(alpha);
           pack_p();
           mark(ph::kIssue, j);
-          lesson13::wgmma_fence();
+          fa::wgmma_fence();
           issue_pv(kv + j);
           mark(ph::kWaitPV, j);
-          lesson13::wgmma_wait<0>();
+          fa::wgmma_wait<0>();
           release(kv + j);
         }
       } else {
@@ -410,11 +376,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         mark(ph::kWaitTurn, 0);
         take_turn();
         mark(ph::kIssue, 0);
-        lesson13::wgmma_fence();
+        fa::wgmma_fence();
         issue_s(kv);
         pass_turn(false);
         mark(ph::kWaitS, 0);
-        lesson13::wgmma_wait<0>();
+        fa::wgmma_wait<0>();
         mark(ph::kSoftmax, 0);
         softmax(0, alpha);  // O is still 0: nothing to rescale
         pack_p();
@@ -424,16 +390,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           mark(ph::kWaitTurn, j);
           take_turn();
           mark(ph::kIssue, j);
-          lesson13::wgmma_fence();
+          fa::wgmma_fence();
           issue_s(kv + j);       // S_j = Q K_j^T
           issue_pv(kv + j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
           pass_turn(false);
           mark(ph::kWaitS, j);
-          lesson13::wgmma_wait<1>();  // S_j is done; P V may still run
+          fa::wgmma_wait<1>();  // S_j is done; P V may still run
           mark(ph::kSoftmax, j);
           softmax(j, alpha);          // ... under it: this is the overlap
           mark(ph::kWaitPV, j - 1);
-          lesson13::wgmma_wait<0>();  // P V done: O may change, stage of j - 1 is free
+          fa::wgmma_wait<0>();  // P V done: O may change, stage of j - 1 is free
           mark(ph::kRescale, j);
           release(kv + j - 1);
           rescale_o(alpha);
@@ -451,11 +417,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         mark(ph::kWaitTurn, n - 1);
         take_turn();
         mark(ph::kIssue, n - 1);
-        lesson13::wgmma_fence();
+        fa::wgmma_fence();
         issue_pv(kv + n - 1);
         pass_turn(true);
         mark(ph::kWaitPV, n - 1);
-        lesson13::wgmma_wait<0>();
+        fa::wgmma_wait<0>();
         release(kv + n - 1);
       }
     }
@@ -486,38 +452,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- Host: tensor maps and the launch ------------------------------------------------------------
-// cuTensorMapEncodeTiled lives in the driver (libcuda); the course links only the runtime, so it
-// is fetched from the driver at run time. Linked against libcuda, every test binary would fail to
-// load on a machine without a driver (CI), where the build lists the tests by running them.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || f == nullptr)
-      throw fa::Error("lesson 13_hopper: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or later needed)");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
-// A 3-D map over a contiguous (batch x heads, seqlen, D) tensor: boxes of 64 columns x `rows`
-// rows of one (batch, head), 128-byte swizzled; rows past seqlen read as zeros.
 CUtensorMap make_map(const void* ptr, fa::DType t, int bh, int seqlen, int d, int rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(seqlen), cuuint64_t(bh)};
-  const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(seqlen) * d * 2};  // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {cuuint32_t(kBlockCols), cuuint32_t(rows), 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, t == fa::DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                    3, const_cast<void*>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw fa::Error("lesson 13_hopper: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
-  return map;
+  return fa::make_tensor_map("13_hopper", ptr, t, bh, seqlen, d, rows);
 }
 
 // Work tiles: kRows query rows of one (batch, head) each.

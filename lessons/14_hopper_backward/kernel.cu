@@ -1,0 +1,455 @@
+// Your copy of this lesson, generated from solutions/14_hopper_backward/kernel.cu by fa-skeleton.
+// Lesson 14: the backward pass on Hopper (sm_90a): lesson 11's algorithm on lesson 13's machinery.
+//   1. preprocess_kernel: per query row, D = rowsum(dO * O) and the LSE in base 2 (+inf past
+//      seqlen_q), and the fp32 dQ accumulator zeroed;
+//   2. backward_kernel: a block owns kKeys = 128 keys of one (batch, kv head), K and V loaded once by
+//      TMA and kept in shared memory; the query tiles that see them (of every query head of the
+//      group) stream past through a TMA ring: Q, dO, and the tile's LSE and D. Warpgroup 0 produces
+//      (one thread issues every copy); warpgroups 1 and 2 consume, 64 keys each. Per query tile:
+//        S^T = K Q^T and dP^T = V dO^T                          (wgmma, both operands in shared memory)
+//        P^T = exp2(S^T scale log2(e) - LSE2),  dS^T = P^T (dP^T - D)       (registers)
+//        dV += P^T dO,  dK += dS^T Q                             (wgmma, P^T and dS^T from registers)
+//        dQ += dS K                                              (wgmma from shared memory, added to
+//                                                                 the fp32 accumulator in global memory)
+//      dQ's sum runs over every key block, so it cannot stay in one block: each adds its share with
+//      fp32 atomics (default), or, deterministic, in key-block order behind a per-tile semaphore;
+//   3. postprocess_kernel: dQ = scale * accumulator, rounded to fp16/bf16.
+// Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
+// (bottom-right aligned) and not; GQA and MQA.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "13_hopper/wgmma.hpp"  // lesson 13's layouts: the swizzle, the descriptors, the accumulator
+#include "fa/cuda_check.hpp"
+#include "fa/device.cuh"
+#include "fa/hopper.cuh"
+#include "fa/mma.cuh"
+#include "fa/params.hpp"
+#include "fa/tensor_map.hpp"
+#include "fa/wgmma.cuh"
+
+namespace {
+
+using lesson13::acc_element;
+using lesson13::kmajor_desc;
+using lesson13::mnmajor_desc;
+using lesson13::RowCol;
+
+constexpr int kRows = 64;      // query rows per tile of the ring
+constexpr int kKeys = 128;     // keys per block: 64 per consumer warpgroup
+constexpr int kThreads = 384;  // 3 warpgroups
+// How dQ's shares reach the fp32 accumulator: fp32 atomics from every thread (kAtomic), one TMA
+// bulk reduce-add per warpgroup and tile (kBulk, the default), or the same in key-block order
+// behind a semaphore per query tile (kOrdered: deterministic).
+enum DqMode { kAtomic, kBulk, kOrdered };
+
+// This file's TODOs you have not written yet: delete an entry when its code is written.
+const fa::TodoList kTodosLeft = {
+    "TODO(1) in kernel.cu: the tile of row k0 - offset, clamped at 0; 0 without the causal mask.",
+    "TODO(2) in kernel.cu: from the second round on, stage s held tile it - kStages: wait for the",
+    "TODO(3) in kernel.cu: S^T: D / 16 k16 steps of wgmma_ss<T, kRows> into st, A = this warpgroup's K rows",
+    "TODO(4) in kernel.cu: st[i] = P^T: exp2(S^T sl2 - LSE2 of its query row), or 0 where `masked` and the key",
+    "TODO(5) in kernel.cu: dV += P^T dO and dK += dS^T Q: kRows / 16 steps of wgmma_rs<T, D> each, A = pa[kk]",
+    "TODO(6) in kernel.cu: dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read",
+    "TODO(7) in kernel.cu: dK takes the softmax scale here, once (dQ takes it in the postprocess).",
+};
+
+// Shared memory: K and V (kKeys x D each, as D / 64 column blocks of 128-byte rows, 128-byte
+// swizzled by TMA), the ring's Q and dO tiles (kRows x D), dS^T twice (kKeys x kRows: one column
+// block), the ring's LSE2 and D rows, then the barriers. Every tile starts on a 1024-byte boundary.
+template <int D, int kStages>
+struct Smem {
+  static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
+  static constexpr int dq_bytes = kRows * (D / 2) * 4;  // a warpgroup's fp32 share of a dQ tile
+  static constexpr int stat_bytes = kRows * 4;
+  static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + kStages * q_bytes, ds = dout + kStages * q_bytes;
+  static constexpr int dq = ds + 2 * ds_bytes;
+  static constexpr int lse = dq + 2 * dq_bytes, delta = lse + kStages * stat_bytes, bars = delta + kStages * stat_bytes;
+  static constexpr int total = bars + 8 * (1 + 2 * kStages) + 1024;  // + slack to align the base
+};
+
+// The first query tile (of kRows rows) holding a row that sees key k0: row i sees key j iff
+// j <= i + offset (offset = seqlen_k - seqlen_q). Without the causal mask, tile 0.
+__host__ __device__ constexpr int first_query_tile(int k0, int offset, bool causal) {
+  // TODO(1): the tile of row k0 - offset, clamped at 0; 0 without the causal mask.
+  return 0;
+}
+
+// The rows of a (batch, head)'s LSE2 and D, padded to whole query tiles: pad rows have LSE2 = +inf
+// (so P = 0 there) and D = 0, and the ring copies whole tiles of both.
+inline int padded_rows(int seqlen_q) { return fa::ceil_div(seqlen_q, kRows) * kRows; }
+
+// ---- 1. Preprocess --------------------------------------------------------------------------------
+// D / 8 threads per (padded) row, 8 values each: D_i = dO_i . O_i, LSE2_i = LSE_i log2(e), and the
+// row's dQ accumulator zeroed.
+template <class T, int D>
+__global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* delta, float* dq_accum, int padded) {
+  constexpr int kLanes = D / 8;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = idx / kLanes;  // the grid covers the padded rows exactly
+  const int c = int(idx % kLanes);
+  const int bh = int(row / padded), i = int(row % padded);
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+  float sum = 0.f;
+  if (i < p.seqlen_q) {
+    const T* o = static_cast<const T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.row + 8 * c;
+    const T* d = static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head + i * p.do_stride.row + 8 * c;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
+    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 a = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
+      sum = fmaf(a.x, e.x, fmaf(a.y, e.y, sum));
+    }
+  }
+  sum = fa::group_sum<kLanes>(sum);
+  if (c == 0) {
+    delta[row] = i < p.seqlen_q ? sum : 0.f;
+    lse2[row] = i < p.seqlen_q ? p.lse[int64_t(bh) * p.seqlen_q + i] * fa::kLog2e : INFINITY;
+  }
+  float4* acc = reinterpret_cast<float4*>(dq_accum + row * D + 8 * c);
+  acc[0] = acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// ---- 2. The main kernel ---------------------------------------------------------------------------
+// Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
+// (batch, query head, query tile) and consumer warpgroup, how many key blocks have added their dQ.
+template <class T, int D, int kMode, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
+                    const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
+                    const float* delta, float* dq_accum, int* sem, int padded) {
+  using S = Smem<D, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = fa::smem_addr(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  const uint32_t k_addr = base + S::k, v_addr = base + S::v, q_addr = base + S::q, do_addr = base + S::dout;
+  const uint32_t ds_addr = base + S::ds;
+  const float* lse_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::lse);
+  const float* delta_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::delta);
+  // Barriers, 8 bytes each: K/V loaded, then each stage's full and empty.
+  const uint32_t kv_full = base + S::bars, full = kv_full + 8, empty = full + 8 * kStages;
+
+  const int64_t work = blockIdx.x;
+  const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
+  const int kt = int(work % n_kt);
+  const int bk = int(work / n_kt);  // b * heads_kv + hk
+  const int b = bk / p.heads_kv, hk = bk % p.heads_kv;
+  const int group = p.heads_q / p.heads_kv;
+  const int k0 = kt * kKeys, offset = p.seqlen_k - p.seqlen_q;
+  const int n_qt = padded / kRows;
+  const int first = first_query_tile(k0, offset, p.causal);
+  const int per_head = max(0, n_qt - first);  // 0: no row sees these keys (dK = dV = 0)
+  const int n_iter = per_head * group;
+
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    fa::mbar_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      fa::mbar_init(full + 8 * s, 1);   // the producer's arrive, with the bytes it expects
+      fa::mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once done with the stage
+    }
+    fa::fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- Producer: one thread issues every copy; the other warps give their registers away.
+    fa::set_max_registers_dec<24>();
+    if (tid == 0) {
+      fa::tile_count_begin(p, work, k0, kKeys, kRows + fa::kKeysOwned);
+      fa::mbar_expect_tx(kv_full, 2 * S::kv_bytes);
+      for (int c = 0; c < D / 64; ++c) {
+        fa::tma_load(k_addr + c * kKeys * 128, &tk, kv_full, 64 * c, k0, bk);
+        fa::tma_load(v_addr + c * kKeys * 128, &tv, kv_full, 64 * c, k0, bk);
+      }
+      for (int it = 0; it < n_iter; ++it) {
+        const int s = it % kStages;
+        // TODO(2): from the second round on, stage s held tile it - kStages: wait for the
+        //   consumers' release of it (empty[s], the phase of round it / kStages - 1).
+        fa::tile_count_visit(p, work);
+        const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
+        const int bh = b * p.heads_q + h;
+        const uint32_t bar = full + 8 * s;
+        fa::mbar_expect_tx(bar, 2 * S::q_bytes + 2 * S::stat_bytes);
+        for (int c = 0; c < D / 64; ++c) {
+          fa::tma_load(q_addr + s * S::q_bytes + c * kRows * 128, &tq, bar, 64 * c, q0, bh);
+          fa::tma_load(do_addr + s * S::q_bytes + c * kRows * 128, &tdo, bar, 64 * c, q0, bh);
+        }
+        const int64_t stat = int64_t(bh) * padded + q0;
+        fa::bulk_load(base + S::lse + s * S::stat_bytes, lse2 + stat, S::stat_bytes, bar);
+        fa::bulk_load(base + S::delta + s * S::stat_bytes, delta + stat, S::stat_bytes, bar);
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers: warpgroup 1 owns keys k0 .. k0 + 63, warpgroup 2 keys k0 + 64 .. k0 + 127.
+  fa::set_max_registers_inc<240>();
+  const int kw = 64 * (wg - 1);
+  const int lane = tid % 32;
+  const float sl2 = p.scale * fa::kLog2e;
+  float dv[D / 2], dk[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
+  // This warpgroup's 64 rows of K and V (in every column block), and its half of dQ's columns:
+  // n0 .. n0 + D / 2 - 1, which are K's columns in dQ = dS K.
+  const uint32_t k_rows = k_addr + kw * 128, v_rows = v_addr + kw * 128;
+  const int n0 = (wg - 1) * (D / 2);
+  const uint32_t k_cols = k_addr + (n0 / 64) * kKeys * 128 + (n0 % 64) * 2;
+  // The warpgroup's own barrier (deterministic dQ), ids 2 and 3: compile-time ids, so that ptxas
+  // reserves only the barriers used.
+  auto wg_sync = [&] {
+    if (wg == 1) fa::named_sync(2, 128);
+    else fa::named_sync(3, 128);
+  };
+  // dQ's share of tile `tile` (its (batch, head, query tile) index) into the fp32 accumulator,
+  // whose tiles are laid out as the shares are: warpgroup 1's 64 x D / 2 floats, then warpgroup 2's.
+  // (Deferring it to run under the next tile's S^T and dP^T measured slower at d = 64 and spills
+  // at d = 128: README, "What did not help".)
+  float dq[D / 4];
+  auto add_dq = [&](int64_t tile) {
+    float* acc = dq_accum + (tile * 2 + (wg - 1)) * (kRows * D / 2);
+    if constexpr (kMode == kAtomic) {
+#pragma unroll
+      for (int i = 0; i < D / 4; i += 2) {
+        const RowCol rc = acc_element(tid, i);
+        atomicAdd(reinterpret_cast<float2*>(acc + rc.row * (D / 2) + rc.col), make_float2(dq[i], dq[i + 1]));
+      }
+    } else {
+      // Through shared memory: the share, then one bulk reduce-add by one thread. The buffer is
+      // free once the previous tile's reduce has read it.
+      const uint32_t dq_s = base + S::dq + (wg - 1) * S::dq_bytes;
+      if (tid == 0) fa::bulk_wait_read<0>();
+      wg_sync();
+#pragma unroll
+      for (int i = 0; i < D / 4; i += 2) {
+        const RowCol rc = acc_element(tid, i);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_s + 4 * (rc.row * (D / 2) + rc.col)), "f"(dq[i]), "f"(dq[i + 1])
+                     : "memory");
+      }
+      fa::fence_proxy_async();  // the writes above, before the bulk copy (the async proxy) reads them
+      wg_sync();
+      if (tid == 0) {
+        int* my_sem = sem + tile * 2 + (wg - 1);
+        if constexpr (kMode == kOrdered) {
+          // Key blocks add in order kt = 0, 1, ...: the blocks that see query tile qt are a prefix
+          // of them (the first query tile grows with kt), so block kt waits for kt earlier adds.
+          while (*reinterpret_cast<volatile int*>(my_sem) != kt) {
+          }
+        }
+        fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
+        fa::bulk_commit();
+        if constexpr (kMode == kOrdered) {
+          fa::bulk_wait<0>();  // the adds are done ...
+          __threadfence();     // ... and visible before the next block may start its own
+          atomicAdd(my_sem, 1);
+        }
+      }
+    }
+  };
+  fa::mbar_wait(kv_full, 0);
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int s = it % kStages;
+    const int h = hk * group + it / per_head, qt = first + it % per_head, q0 = qt * kRows;
+    const uint32_t q_s = q_addr + s * S::q_bytes, do_s = do_addr + s * S::q_bytes, ds_s = ds_addr + (it & 1) * S::ds_bytes;
+    fa::mbar_wait(full + 8 * s, (it / kStages) & 1);
+
+    // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 rows each, fp32.
+    float st[kRows / 2], dpt[kRows / 2];
+    fa::wgmma_fence();
+    // TODO(3): S^T: D / 16 k16 steps of wgmma_ss<T, kRows> into st, A = this warpgroup's K rows
+    //   (K-major, a tile of kKeys rows), B = Q (K-major, kRows rows); commit; then dP^T the same
+    //   way from V's rows and dO into dpt; commit.
+    for (int i = 0; i < kRows / 2; ++i) st[i] = dpt[i] = 0.f;
+    fa::wgmma_wait<1>();  // S^T is done; dP^T may still run under the exponentials
+
+    // P^T = exp2(S^T scale log2(e) - LSE2), 0 where the key is masked or past seqlen_k (its K row
+    // is zero-filled, and exp2(0 - LSE2) is not 0).
+    const bool masked = k0 + kKeys > p.seqlen_k || (p.causal && q0 + offset < k0 + kKeys - 1);
+    // TODO(4): st[i] = P^T: exp2(S^T sl2 - LSE2 of its query row), or 0 where `masked` and the key
+    //   is past seqlen_k or (causal) after row + offset (acc_element: row = key, col = query row;
+    //   this stage's LSE2 and D rows are lse_s and delta_s + s * kRows); then, once dP^T is done,
+    //   dpt[i] = dS^T = P^T (dP^T - D of its query row).
+    fa::wgmma_wait<0>();
+    (void)masked;
+
+    // dV += P^T dO and dK += dS^T Q, P^T and dS^T from registers: the accumulator's floats
+    // 8 kk .. 8 kk + 7 are the A operand of k16 step kk (lesson 13's a_element).
+    uint32_t pa[kRows / 16][4], da[kRows / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kRows / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        pa[kk][r] = fa::pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        da[kk][r] = fa::pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+    fa::wgmma_fence();
+    // TODO(5): dV += P^T dO and dK += dS^T Q: kRows / 16 steps of wgmma_rs<T, D> each, A = pa[kk]
+    //   or da[kk], B = dO or Q read N-major (the head dimension is dV's and dK's N); one commit.
+
+    // dS^T into shared memory as it is (keys x rows, a row's 64 values in one 128-byte row): read
+    // back transposed, it is dQ's A operand. Two buffers: a warpgroup writes buffer it & 1 only
+    // after both passed the barrier of iteration it - 1, so after both finished reading it (it - 2).
+#pragma unroll
+    for (int i = 0; i < kRows / 2; i += 2) {
+      const RowCol rc = acc_element(tid, i);
+      const uint32_t addr = ds_s + lesson13::tile_offset(kKeys, kw + rc.row, rc.col);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(da[i / 8][(i % 8) / 2]) : "memory");
+    }
+    fa::fence_proxy_async();  // the writes above, before wgmma (the async proxy) reads them
+    fa::named_sync(1, 256);   // both warpgroups' dS^T are in
+
+    // dQ (64 rows x this warpgroup's D / 2 columns) = dS (rows x 128 keys) K (128 keys x columns).
+    fa::wgmma_fence();
+    // TODO(6): dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read
+    //   transposed from the dS^T tile (M-major: mnmajor_desc over its kKeys rows), B = K's columns
+    //   n0 .. n0 + D / 2 - 1 (N-major, from k_cols); commit.
+    for (int i = 0; i < D / 4; ++i) dq[i] = 0.f;
+    fa::wgmma_wait<0>();  // dV, dK and dQ done: Q, dO and this stage's LSE2 and D are free
+    if (lane == 0) fa::mbar_arrive(empty + 8 * s);
+
+    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt);
+  }
+  if (kMode != kAtomic && tid == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
+
+  // dK = scale * dK and dV, rows < seqlen_k, through their strides.
+  T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
+  T* dvb = static_cast<T*>(p.dv) + b * p.dv_stride.batch + hk * p.dv_stride.head;
+#pragma unroll
+  for (int i = 0; i < D / 2; i += 2) {
+    const RowCol rc = acc_element(tid, i);
+    const int key = k0 + kw + rc.row;
+    if (key >= p.seqlen_k) continue;
+    // TODO(7): dK takes the softmax scale here, once (dQ takes it in the postprocess).
+    *reinterpret_cast<uint32_t*>(dkb + int64_t(key) * p.dk_stride.row + rc.col) = fa::pack2<T>(dk[i], dk[i + 1]);
+    *reinterpret_cast<uint32_t*>(dvb + int64_t(key) * p.dv_stride.row + rc.col) = fa::pack2<T>(dv[i], dv[i + 1]);
+  }
+}
+
+// ---- 3. Postprocess -------------------------------------------------------------------------------
+// dQ = scale * accumulator, rounded to T, through dQ's strides: 8 values per thread.
+template <class T, int D>
+__global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum, int padded) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  if (idx >= rows * (D / 8)) return;
+  const int64_t row = idx / (D / 8);
+  const int c = int(idx % (D / 8));
+  const int bh = int(row / p.seqlen_q), i = int(row % p.seqlen_q);
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+  // The accumulator's layout (backward_kernel): tile, warpgroup half of the columns, row, column.
+  const int half = (8 * c) / (D / 2), col = (8 * c) % (D / 2);
+  const float* src = dq_accum + ((int64_t(bh) * (padded / kRows) + i / kRows) * 2 + half) * (kRows * D / 2) + (i % kRows) * (D / 2) + col;
+  const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  const float s = p.scale;
+  uint4 out;
+  out.x = fa::pack2<T>(x0.x * s, x0.y * s);
+  out.y = fa::pack2<T>(x0.z * s, x0.w * s);
+  out.z = fa::pack2<T>(x1.x * s, x1.y * s);
+  out.w = fa::pack2<T>(x1.z * s, x1.w * s);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row + 8 * c) = out;
+}
+
+// ---- Host ----------------------------------------------------------------------------------------
+template <class T, int D, int kMode, int kStages>
+void launch(const fa::AttnParams& p, cudaStream_t stream) {
+  constexpr int smem = Smem<D, kStages>::total;
+  static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
+  const int padded = padded_rows(p.seqlen_q);
+  const int64_t bh = int64_t(p.batch) * p.heads_q;
+  const int64_t stats = bh * padded, n_qt = padded / kRows;
+  const int64_t sems = kMode == kOrdered ? bh * n_qt * 2 : 0;
+  // One scratch buffer: LSE2 and D (stats each), the dQ accumulator (stats x D), the semaphores.
+  float* lse2 = static_cast<float*>(fa::device_scratch(size_t(stats * (2 + D) + sems) * sizeof(float)));
+  float* delta = lse2 + stats;
+  float* dq_accum = delta + stats;
+  int* sem = reinterpret_cast<int*>(dq_accum + stats * D);
+  if (sems > 0) FA_CUDA_CHECK(cudaMemsetAsync(sem, 0, size_t(sems) * sizeof(int), stream));
+
+  const int64_t pre_threads = stats * (D / 8);  // a multiple of 64 * 8: whole blocks of 256
+  preprocess_kernel<T, D><<<unsigned(pre_threads / 256), 256, 0, stream>>>(p, lse2, delta, dq_accum, padded);
+  FA_CHECK_LAUNCH();
+
+  const CUtensorMap tq = fa::make_tensor_map("14_hopper_backward", p.q, p.dtype, int(bh), p.seqlen_q, D, kRows);
+  const CUtensorMap tdo = fa::make_tensor_map("14_hopper_backward", p.dout, p.dtype, int(bh), p.seqlen_q, D, kRows);
+  const CUtensorMap tk = fa::make_tensor_map("14_hopper_backward", p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
+  const CUtensorMap tv = fa::make_tensor_map("14_hopper_backward", p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
+  auto kernel = backward_kernel<T, D, kMode, kStages>;
+  static bool configured = false;
+  if (!configured) {
+    fa::allow_smem(kernel, smem);
+    configured = true;
+  }
+  const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
+  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded);
+  FA_CHECK_LAUNCH();
+
+  const int64_t post_threads = bh * p.seqlen_q * (D / 8);
+  postprocess_kernel<T, D><<<unsigned((post_threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, padded);
+  FA_CHECK_LAUNCH();
+}
+
+int env_choice(const char* name, int fallback, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  const int v = std::atoi(e);
+  if (v < lo || v > hi)
+    throw fa::InvalidArgument(std::string("lesson 14_hopper_backward: ") + name + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
+  return v;
+}
+
+void run(const fa::AttnParams& p, int mode, int stages, cudaStream_t stream) {
+  fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
+  fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
+  const fa::DeviceInfo& dev = fa::current_device();
+  if (dev.sm != 90)  // wgmma, TMA and setmaxnreg exist on sm_90a alone
+    throw fa::Error("lesson 14_hopper_backward: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(dev.sm));
+  // TMA's coordinates and the grid's x are 32-bit.
+  if (int64_t(p.batch) * p.heads_q > INT32_MAX)
+    throw fa::InvalidArgument("lesson 14_hopper_backward: batch * heads_q must be below 2^31");
+  if (int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch > INT32_MAX)
+    throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
+  auto go = [&](auto mode_tag, auto stages_tag) {
+    constexpr int kMode = decltype(mode_tag)::value, kStages = decltype(stages_tag)::value;
+    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode, kStages>(p, stream)));
+    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode, kStages>(p, stream)));
+  };
+  auto with_stages = [&](auto mode_tag) {
+    if (stages == 3) go(mode_tag, std::integral_constant<int, 3>{});
+    else go(mode_tag, std::integral_constant<int, 2>{});
+  };
+  if (mode == kAtomic) with_stages(std::integral_constant<int, kAtomic>{});
+  else if (mode == kOrdered) with_stages(std::integral_constant<int, kOrdered>{});
+  else with_stages(std::integral_constant<int, kBulk>{});
+}
+
+void backward(const fa::AttnParams& p, cudaStream_t stream) {
+  const int mode = p.deterministic ? kOrdered : env_choice("FA_LESSON14_DQ", kAtomic, kAtomic, kBulk);
+  run(p, mode, env_choice("FA_LESSON14_STAGES", 2, 2, 3), stream);
+}
+
+}  // namespace
+
+const fa::LessonInfo& fa_lesson_14() {
+  static const fa::LessonInfo info = [] {
+    fa::LessonInfo l;
+    l.id = "14_hopper_backward";
+    l.title = "the backward on Hopper: TMA, wgmma, dQ by atomics or in order (sm_90a)";
+    l.memory = fa::Memory::kDevice;
+    l.features.fp16 = l.features.bf16 = true;
+    l.features.head_dims = {64, 128};
+    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = true;
+    l.features.index64 = true;
+    l.features.alignment_bytes = 16;  // TMA: 16-byte aligned bases and strides
+    l.backward = &backward;
+    return l;
+  }();
+  return info;
+}
