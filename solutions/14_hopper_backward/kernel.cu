@@ -43,9 +43,10 @@ constexpr int kRows = 64;      // query rows per tile of the ring
 constexpr int kKeys = 128;     // keys per block: 64 per consumer warpgroup
 constexpr int kThreads = 384;  // 3 warpgroups
 // How dQ's shares reach the fp32 accumulator: fp32 atomics from every thread (kAtomic), one TMA
-// bulk reduce-add per warpgroup and tile (kBulk, the default), or the same in key-block order
+// bulk reduce-add per warpgroup and tile (kBulk), or the same in key-block order
 // behind a semaphore per query tile (kOrdered: deterministic).
 enum DqMode { kAtomic, kBulk, kOrdered };
+constexpr int kStages = 2;  // query tiles in flight (3 measured no faster: README)
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
 const fa::TodoList kTodosLeft = {
@@ -55,7 +56,7 @@ const fa::TodoList kTodosLeft = {
 // Shared memory: K and V (kKeys x D each, as D / 64 column blocks of 128-byte rows, 128-byte
 // swizzled by TMA), the ring's Q and dO tiles (kRows x D), dS^T twice (kKeys x kRows: one column
 // block), the ring's LSE2 and D rows, then the barriers. Every tile starts on a 1024-byte boundary.
-template <int D, int kStages>
+template <int D>
 struct Smem {
   static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
   static constexpr int dq_bytes = kRows * (D / 2) * 4;  // a warpgroup's fp32 share of a dQ tile
@@ -117,12 +118,12 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 // ---- 2. The main kernel ---------------------------------------------------------------------------
 // Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
 // (batch, query head, query tile) and consumer warpgroup, how many key blocks have added their dQ.
-template <class T, int D, int kMode, int kStages>
+template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
                     const float* delta, float* dq_accum, int* sem, int padded) {
-  using S = Smem<D, kStages>;
+  using S = Smem<D>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = fa::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -135,7 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int64_t work = blockIdx.x;
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
-  const int kt = int(work % n_kt);
+  // Deterministic mode numbers the key blocks from the last: there they add into each query tile
+  // from the highest key block down (below), and a block may only wait for blocks launched before it.
+  const int kt = kMode == kOrdered ? n_kt - 1 - int(work % n_kt) : int(work % n_kt);
   const int bk = int(work / n_kt);  // b * heads_kv + hk
   const int b = bk / p.heads_kv, hk = bk % p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
@@ -209,39 +212,39 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 1) fa::named_sync(2, 128);
     else fa::named_sync(3, 128);
   };
-  // dQ's share of tile `tile` (its (batch, head, query tile) index) into the fp32 accumulator,
-  // whose tiles are laid out as the shares are: warpgroup 1's 64 x D / 2 floats, then warpgroup 2's.
+  // dQ's share of tile `tile` (its (batch, head, query tile) index) into the fp32 accumulator.
+  // The accumulator keeps each share in the order the threads hold it (fragment-major): per tile,
+  // warpgroup 1's share then warpgroup 2's, each D / 16 chunks of 128 threads x 4 floats (thread
+  // tid's floats 4 c .. 4 c + 3 at chunk c); the postprocess reads it back in that order.
   // (Deferring it to run under the next tile's S^T and dP^T measured slower at d = 64 and spills
   // at d = 128: README, "What did not help".)
   float dq[D / 4];
-  auto add_dq = [&](int64_t tile) {
+  auto add_dq = [&](int64_t tile, int turn) {
     float* acc = dq_accum + (tile * 2 + (wg - 1)) * (kRows * D / 2);
     if constexpr (kMode == kAtomic) {
+      // 16-byte atomics, a warp's 32 of them on 512 contiguous bytes.
 #pragma unroll
-      for (int i = 0; i < D / 4; i += 2) {
-        const RowCol rc = acc_element(tid, i);
-        atomicAdd(reinterpret_cast<float2*>(acc + rc.row * (D / 2) + rc.col), make_float2(dq[i], dq[i + 1]));
-      }
+      for (int c = 0; c < D / 16; ++c)
+        atomicAdd(reinterpret_cast<float4*>(acc) + c * 128 + tid, make_float4(dq[4 * c], dq[4 * c + 1], dq[4 * c + 2], dq[4 * c + 3]));
     } else {
-      // Through shared memory: the share, then one bulk reduce-add by one thread. The buffer is
-      // free once the previous tile's reduce has read it.
+      // Through shared memory: the share, in the same order (16-byte stores, consecutive threads on
+      // consecutive addresses: no bank conflict), then one bulk reduce-add by one thread. The
+      // buffer is free once the previous tile's reduce has read it.
       const uint32_t dq_s = base + S::dq + (wg - 1) * S::dq_bytes;
       if (tid == 0) fa::bulk_wait_read<0>();
       wg_sync();
 #pragma unroll
-      for (int i = 0; i < D / 4; i += 2) {
-        const RowCol rc = acc_element(tid, i);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_s + 4 * (rc.row * (D / 2) + rc.col)), "f"(dq[i]), "f"(dq[i + 1])
+      for (int c = 0; c < D / 16; ++c)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_s + 16 * (c * 128 + tid)), "f"(dq[4 * c]), "f"(dq[4 * c + 1]),
+                     "f"(dq[4 * c + 2]), "f"(dq[4 * c + 3])
                      : "memory");
-      }
       fa::fence_proxy_async();  // the writes above, before the bulk copy (the async proxy) reads them
       wg_sync();
       if (tid == 0) {
         int* my_sem = sem + tile * 2 + (wg - 1);
         if constexpr (kMode == kOrdered) {
-          // Key blocks add in order kt = 0, 1, ...: the blocks that see query tile qt are a prefix
-          // of them (the first query tile grows with kt), so block kt waits for kt earlier adds.
-          while (*reinterpret_cast<volatile int*>(my_sem) != kt) {
+          // This block's turn: how many blocks add into this tile before it (the loop below).
+          while (*reinterpret_cast<volatile int*>(my_sem) != turn) {
           }
         }
         fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
@@ -291,16 +294,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     //   this stage's LSE2 and D rows are lse_s and delta_s + s * kRows); then, once dP^T is done,
     //   dpt[i] = dS^T = P^T (dP^T - D of its query row).
     // BEGIN SOLUTION
+    // A thread's floats 4 j .. 4 j + 3 sit in query rows (columns of S^T) 8 j + 2 t and 8 j + 2 t + 1:
+    // their LSE2 and D come as pairs, one 8-byte load each.
+    const float2* lse_pairs = reinterpret_cast<const float2*>(lse_s + s * kRows) + tid % 4;
+    const float2* delta_pairs = reinterpret_cast<const float2*>(delta_s + s * kRows) + tid % 4;
 #pragma unroll
     for (int i = 0; i < kRows / 2; ++i) {
       const RowCol rc = acc_element(tid, i);  // row: the key (of this warpgroup's 64), col: the query row
       const int key = k0 + kw + rc.row, row = q0 + rc.col;
       const bool hidden = masked && (key >= p.seqlen_k || (p.causal && key > row + offset));
-      st[i] = hidden ? 0.f : fa::ex2(fmaf(st[i], sl2, -lse_s[s * kRows + rc.col]));
+      const float2 l2 = lse_pairs[4 * (i / 4)];
+      st[i] = hidden ? 0.f : fa::ex2(fmaf(st[i], sl2, -(i % 2 ? l2.y : l2.x)));
     }
     fa::wgmma_wait<0>();  // dP^T is done
 #pragma unroll
-    for (int i = 0; i < kRows / 2; ++i) dpt[i] = st[i] * (dpt[i] - delta_s[s * kRows + acc_element(tid, i).col]);
+    for (int i = 0; i < kRows / 2; ++i) {
+      const float2 dd = delta_pairs[4 * (i / 4)];
+      dpt[i] = st[i] * (dpt[i] - (i % 2 ? dd.y : dd.x));
+    }
     // END SOLUTION
     // BEGIN SKELETON
     // fa::wgmma_wait<0>();
@@ -357,7 +368,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa::wgmma_wait<0>();  // dV, dK and dQ done: Q, dO and this stage's LSE2 and D are free
     if (lane == 0) fa::mbar_arrive(empty + 8 * s);
 
-    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt);
+    // Deterministic mode: key blocks add from the highest that sees query tile qt down. Those that
+    // see it are blocks 0 .. last (the first query tile grows with the block), so block kt's turn
+    // comes after last - kt adds. Causal, a block's first tiles are seen by no block above it, so
+    // no block waits at its start (from block 0 up, block kt would wait for block 0 to reach its
+    // first tile, and the blocks would run in a diagonal wave).
+    int turn = 0;
+    if constexpr (kMode == kOrdered) turn = (p.causal ? min(n_kt - 1, ((qt + 1) * kRows - 1 + offset) / kKeys) : n_kt - 1) - kt;
+    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt, turn);
   }
   if (kMode != kAtomic && tid == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
 
@@ -391,23 +409,33 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
   const int c = int(idx % (D / 8));
   const int bh = int(row / p.seqlen_q), i = int(row % p.seqlen_q);
   const int b = bh / p.heads_q, h = bh % p.heads_q;
-  // The accumulator's layout (backward_kernel): tile, warpgroup half of the columns, row, column.
-  const int half = (8 * c) / (D / 2), col = (8 * c) % (D / 2);
-  const float* src = dq_accum + ((int64_t(bh) * (padded / kRows) + i / kRows) * 2 + half) * (kRows * D / 2) + (i % kRows) * (D / 2) + col;
-  const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+  // The accumulator's layout (backward_kernel, add_dq): per tile and warpgroup (half of the
+  // columns), chunk c = column / 8 of the half, then thread, then 4 floats. Element (r, col) of a
+  // half is float i = 4 c + 2 ((r % 16) / 8) + col % 2 of thread 32 (r / 16) + 4 (r % 8) + (col % 8) / 2
+  // (lesson 13's acc_element, inverted). This thread's 8 columns are one chunk: 4 threads, 2 floats each.
+  const int half = (8 * c) / (D / 2), chunk = ((8 * c) % (D / 2)) / 8, r = i % kRows;
+  const float* src = dq_accum + ((int64_t(bh) * (padded / kRows) + i / kRows) * 2 + half) * (kRows * D / 2) +
+                     (int64_t(chunk) * 128 + 32 * (r / 16) + 4 * (r % 8)) * 4 + 2 * ((r % 16) / 8);
+  float x[8];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const float2 v = *reinterpret_cast<const float2*>(src + 4 * t);
+    x[2 * t] = v.x;
+    x[2 * t + 1] = v.y;
+  }
   const float s = p.scale;
   uint4 out;
-  out.x = fa::pack2<T>(x0.x * s, x0.y * s);
-  out.y = fa::pack2<T>(x0.z * s, x0.w * s);
-  out.z = fa::pack2<T>(x1.x * s, x1.y * s);
-  out.w = fa::pack2<T>(x1.z * s, x1.w * s);
+  out.x = fa::pack2<T>(x[0] * s, x[1] * s);
+  out.y = fa::pack2<T>(x[2] * s, x[3] * s);
+  out.z = fa::pack2<T>(x[4] * s, x[5] * s);
+  out.w = fa::pack2<T>(x[6] * s, x[7] * s);
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row + 8 * c) = out;
 }
 
 // ---- Host ----------------------------------------------------------------------------------------
-template <class T, int D, int kMode, int kStages>
+template <class T, int D, int kMode>
 void launch(const fa::AttnParams& p, cudaStream_t stream) {
-  constexpr int smem = Smem<D, kStages>::total;
+  constexpr int smem = Smem<D>::total;
   static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
   const int padded = padded_rows(p.seqlen_q);
   const int64_t bh = int64_t(p.batch) * p.heads_q;
@@ -428,7 +456,7 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
   const CUtensorMap tdo = fa::make_tensor_map("14_hopper_backward", p.dout, p.dtype, int(bh), p.seqlen_q, D, kRows);
   const CUtensorMap tk = fa::make_tensor_map("14_hopper_backward", p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = fa::make_tensor_map("14_hopper_backward", p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
-  auto kernel = backward_kernel<T, D, kMode, kStages>;
+  auto kernel = backward_kernel<T, D, kMode>;
   static bool configured = false;
   if (!configured) {
     fa::allow_smem(kernel, smem);
@@ -443,16 +471,7 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-int env_choice(const char* name, int fallback, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  const int v = std::atoi(e);
-  if (v < lo || v > hi)
-    throw fa::InvalidArgument(std::string("lesson 14_hopper_backward: ") + name + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
-  return v;
-}
-
-void run(const fa::AttnParams& p, int mode, int stages, cudaStream_t stream) {
+void run(const fa::AttnParams& p, int mode, cudaStream_t stream) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
   const fa::DeviceInfo& dev = fa::current_device();
@@ -463,23 +482,26 @@ void run(const fa::AttnParams& p, int mode, int stages, cudaStream_t stream) {
     throw fa::InvalidArgument("lesson 14_hopper_backward: batch * heads_q must be below 2^31");
   if (int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch > INT32_MAX)
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
-  auto go = [&](auto mode_tag, auto stages_tag) {
-    constexpr int kMode = decltype(mode_tag)::value, kStages = decltype(stages_tag)::value;
-    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode, kStages>(p, stream)));
-    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode, kStages>(p, stream)));
+  auto go = [&](auto mode_tag) {
+    constexpr int kMode = decltype(mode_tag)::value;
+    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode>(p, stream)));
+    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode>(p, stream)));
   };
-  auto with_stages = [&](auto mode_tag) {
-    if (stages == 3) go(mode_tag, std::integral_constant<int, 3>{});
-    else go(mode_tag, std::integral_constant<int, 2>{});
-  };
-  if (mode == kAtomic) with_stages(std::integral_constant<int, kAtomic>{});
-  else if (mode == kOrdered) with_stages(std::integral_constant<int, kOrdered>{});
-  else with_stages(std::integral_constant<int, kBulk>{});
+  if (mode == kAtomic) go(std::integral_constant<int, kAtomic>{});
+  else if (mode == kBulk) go(std::integral_constant<int, kBulk>{});
+  else go(std::integral_constant<int, kOrdered>{});
 }
 
 void backward(const fa::AttnParams& p, cudaStream_t stream) {
-  const int mode = p.deterministic ? kOrdered : env_choice("FA_LESSON14_DQ", kAtomic, kAtomic, kBulk);
-  run(p, mode, env_choice("FA_LESSON14_STAGES", 2, 2, 3), stream);
+  // FA_LESSON14_DQ=bulk times the bulk reduce-add instead of the atomics (README, "dQ").
+  int mode = kAtomic;
+  if (const char* e = std::getenv("FA_LESSON14_DQ")) {
+    const std::string v = e;
+    if (v != "atomic" && v != "bulk")
+      throw fa::InvalidArgument("lesson 14_hopper_backward: FA_LESSON14_DQ must be atomic or bulk, not '" + v + "'");
+    mode = v == "bulk" ? kBulk : kAtomic;
+  }
+  run(p, p.deterministic ? kOrdered : mode, stream);
 }
 
 }  // namespace
