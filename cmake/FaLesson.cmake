@@ -111,8 +111,8 @@ function(fa_add_lesson nn name)
   # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
   target_link_libraries(${label} PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
   target_include_directories(${label} PUBLIC ${dir})  # a lesson's own headers, for its tests
-  # An earlier lesson's headers, by folder: lesson 14 includes "13_hopper/wgmma.hpp".
-  target_include_directories(${label} PRIVATE ${FA_LESSONS_DIR})
+  # An earlier lesson's headers, by folder: lesson 14 (and its tests) include "13_hopper/wgmma.hpp".
+  target_include_directories(${label} PUBLIC ${FA_LESSONS_DIR})
   # ptxas -v reports every kernel's registers and spills: kept in <object>.ptxas.log beside each
   # object (CI checks them for spills), only spills and warnings printed (cmake/quiet-ptxas.sh).
   target_compile_options(${label} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)

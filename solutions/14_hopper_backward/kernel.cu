@@ -31,6 +31,7 @@
 #include "fa/params.hpp"
 #include "fa/tensor_map.hpp"
 #include "fa/wgmma.cuh"
+#include "plan.hpp"
 
 namespace {
 
@@ -39,45 +40,20 @@ using lesson13::kmajor_desc;
 using lesson13::mnmajor_desc;
 using lesson13::RowCol;
 
-constexpr int kRows = 64;      // query rows per tile of the ring
-constexpr int kKeys = 128;     // keys per block: 64 per consumer warpgroup
+using lesson14::first_query_tile;
+using lesson14::kKeys;
+using lesson14::kRows;
+using lesson14::kStages;
 constexpr int kThreads = 384;  // 3 warpgroups
 // How dQ's shares reach the fp32 accumulator: fp32 atomics from every thread (kAtomic), one TMA
 // bulk reduce-add per warpgroup and tile (kBulk), or the same in key-block order
 // behind a semaphore per query tile (kOrdered: deterministic).
 enum DqMode { kAtomic, kBulk, kOrdered };
-constexpr int kStages = 2;  // query tiles in flight (3 measured no faster: README)
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
 const fa::TodoList kTodosLeft = {
     // @todos-left
 };
-
-// Shared memory: K and V (kKeys x D each, as D / 64 column blocks of 128-byte rows, 128-byte
-// swizzled by TMA), the ring's Q and dO tiles (kRows x D), dS^T twice (kKeys x kRows: one column
-// block), the ring's LSE2 and D rows, then the barriers. Every tile starts on a 1024-byte boundary.
-template <int D>
-struct Smem {
-  static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
-  static constexpr int dq_bytes = kRows * (D / 2) * 4;  // a warpgroup's fp32 share of a dQ tile
-  static constexpr int stat_bytes = kRows * 4;
-  static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + kStages * q_bytes, ds = dout + kStages * q_bytes;
-  static constexpr int dq = ds + 2 * ds_bytes;
-  static constexpr int lse = dq + 2 * dq_bytes, delta = lse + kStages * stat_bytes, bars = delta + kStages * stat_bytes;
-  static constexpr int total = bars + 8 * (1 + 2 * kStages) + 1024;  // + slack to align the base
-};
-
-// The first query tile (of kRows rows) holding a row that sees key k0: row i sees key j iff
-// j <= i + offset (offset = seqlen_k - seqlen_q). Without the causal mask, tile 0.
-__host__ __device__ constexpr int first_query_tile(int k0, int offset, bool causal) {
-  // TODO(1): the tile of row k0 - offset, clamped at 0; 0 without the causal mask.
-  // BEGIN SOLUTION
-  return !causal || k0 - offset <= 0 ? 0 : (k0 - offset) / kRows;
-  // END SOLUTION
-  // BEGIN SKELETON
-  // return 0;
-  // END SKELETON
-}
 
 // The rows of a (batch, head)'s LSE2 and D, padded to whole query tiles: pad rows have LSE2 = +inf
 // (so P = 0 there) and D = 0, and the ring copies whole tiles of both.
@@ -123,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
                     const float* delta, float* dq_accum, int* sem, int padded) {
-  using S = Smem<D>;
+  using S = lesson14::Smem<D>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = fa::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -374,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // no block waits at its start (from block 0 up, block kt would wait for block 0 to reach its
     // first tile, and the blocks would run in a diagonal wave).
     int turn = 0;
-    if constexpr (kMode == kOrdered) turn = (p.causal ? min(n_kt - 1, ((qt + 1) * kRows - 1 + offset) / kKeys) : n_kt - 1) - kt;
+    if constexpr (kMode == kOrdered) turn = lesson14::last_key_block(qt, n_kt, offset, p.causal) - kt;
     add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt, turn);
   }
   if (kMode != kAtomic && tid == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
@@ -409,13 +385,11 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
   const int c = int(idx % (D / 8));
   const int bh = int(row / p.seqlen_q), i = int(row % p.seqlen_q);
   const int b = bh / p.heads_q, h = bh % p.heads_q;
-  // The accumulator's layout (backward_kernel, add_dq): per tile and warpgroup (half of the
-  // columns), chunk c = column / 8 of the half, then thread, then 4 floats. Element (r, col) of a
-  // half is float i = 4 c + 2 ((r % 16) / 8) + col % 2 of thread 32 (r / 16) + 4 (r % 8) + (col % 8) / 2
-  // (lesson 13's acc_element, inverted). This thread's 8 columns are one chunk: 4 threads, 2 floats each.
-  const int half = (8 * c) / (D / 2), chunk = ((8 * c) % (D / 2)) / 8, r = i % kRows;
+  // The accumulator's layout (plan.hpp, dq_share_offset): per tile and warpgroup (half of the
+  // columns), in the threads' order. This thread's 8 columns are one chunk: 4 threads, 2 floats each.
+  const int half = (8 * c) / (D / 2);
   const float* src = dq_accum + ((int64_t(bh) * (padded / kRows) + i / kRows) * 2 + half) * (kRows * D / 2) +
-                     (int64_t(chunk) * 128 + 32 * (r / 16) + 4 * (r % 8)) * 4 + 2 * ((r % 16) / 8);
+                     lesson14::dq_share_offset(i % kRows, (8 * c) % (D / 2));
   float x[8];
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
@@ -435,8 +409,8 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
 // ---- Host ----------------------------------------------------------------------------------------
 template <class T, int D, int kMode>
 void launch(const fa::AttnParams& p, cudaStream_t stream) {
-  constexpr int smem = Smem<D>::total;
-  static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
+  constexpr int smem = lesson14::Smem<D>::total;
+  static_assert(smem <= lesson14::kMaxSmem, "over Hopper's 227 KB of shared memory per block");
   const int padded = padded_rows(p.seqlen_q);
   const int64_t bh = int64_t(p.batch) * p.heads_q;
   const int64_t stats = bh * padded, n_qt = padded / kRows;
@@ -473,6 +447,7 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
 
 void run(const fa::AttnParams& p, int mode, cudaStream_t stream) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
+  fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
   const fa::DeviceInfo& dev = fa::current_device();
   if (dev.sm != 90)  // wgmma, TMA and setmaxnreg exist on sm_90a alone

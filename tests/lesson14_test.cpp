@@ -1,0 +1,103 @@
+// Lesson 14's CPU tests: the plan of plan.hpp, without a GPU. Which query tiles a key block visits
+// (against a brute-force search over rows and keys), the order of the deterministic mode's adds,
+// dQ's accumulator layout against lesson 13's accumulator layout, and the shared-memory budget.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "13_hopper/wgmma.hpp"
+#include "plan.hpp"
+
+namespace {
+
+// The first row that sees key j, by search: row i sees key j iff j <= i + seqlen_k - seqlen_q
+// (causal, bottom-right aligned), every row without the mask. -1: none.
+int first_row_seeing(int j, int seqlen_q, int seqlen_k, bool causal) {
+  for (int i = 0; i < seqlen_q; ++i)
+    if (!causal || j <= i + seqlen_k - seqlen_q) return i;
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("lesson14: first_query_tile is the tile of the first row that sees the block's first key") {
+  for (bool causal : {false, true})
+    for (int sq : {1, 63, 64, 65, 300, 1000})
+      for (int sk : {1, 127, 128, 129, 130, 700, 1000}) {
+        const int offset = sk - sq;
+        for (int k0 = 0; k0 < sk; k0 += lesson14::kKeys) {
+          const int i = first_row_seeing(k0, sq, sk, causal);
+          INFO("seqlen_q ", sq, ", seqlen_k ", sk, ", causal ", causal, ", block at key ", k0);
+          REQUIRE(i >= 0);  // bottom-right: the last row sees every key, so every block has work
+          CHECK(lesson14::first_query_tile(k0, offset, causal) == i / lesson14::kRows);
+        }
+      }
+}
+
+TEST_CASE("lesson14: the key blocks visiting a query tile are blocks 0 .. last_key_block, one turn each") {
+  for (bool causal : {false, true})
+    for (int sq : {1, 64, 65, 300, 1000})
+      for (int sk : {1, 128, 129, 700, 1000}) {
+        const int offset = sk - sq, n_kt = (sk + lesson14::kKeys - 1) / lesson14::kKeys;
+        const int n_qt = (sq + lesson14::kRows - 1) / lesson14::kRows;
+        for (int qt = 0; qt < n_qt; ++qt) {
+          std::vector<int> turns;
+          for (int kt = 0; kt < n_kt; ++kt)
+            if (lesson14::first_query_tile(kt * lesson14::kKeys, offset, causal) <= qt)
+              turns.push_back(lesson14::last_key_block(qt, n_kt, offset, causal) - kt);
+          INFO("seqlen_q ", sq, ", seqlen_k ", sk, ", causal ", causal, ", query tile ", qt);
+          if (turns.empty()) {  // no block visits it: none of its rows may see a key
+            const int last_row = std::min(sq, (qt + 1) * lesson14::kRows) - 1;
+            CHECK(causal);
+            CHECK(last_row + offset < 0);
+            continue;
+          }
+          std::sort(turns.begin(), turns.end());
+          // The turns of the visitors are 0, 1, ..., last: every block adds once, none waits for a
+          // turn that never comes.
+          for (size_t t = 0; t < turns.size(); ++t) CHECK(turns[t] == int(t));
+          CHECK(int(turns.size()) == lesson14::last_key_block(qt, n_kt, offset, causal) + 1);
+        }
+      }
+}
+
+TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where the thread wrote it") {
+  for (int d : {64, 128}) {
+    const int cols = d / 2, floats = cols / 2;  // a warpgroup's share: kRows x d / 2; per thread d / 4 floats
+    std::vector<int> seen(size_t(lesson14::kRows) * cols, 0);
+    for (int tid = 0; tid < 128; ++tid)
+      for (int i = 0; i < floats; ++i) {
+        const lesson13::RowCol rc = lesson13::acc_element(tid, i);
+        const int written = ((i / 4) * 128 + tid) * 4 + i % 4;  // the kernel's add: chunk i / 4, 4 floats a thread
+        INFO("head dim ", d, ", thread ", tid, ", float ", i, " (row ", rc.row, ", column ", rc.col, ")");
+        REQUIRE(written >= 0);
+        REQUIRE(written < int(seen.size()));
+        CHECK(lesson14::dq_share_offset(rc.row, rc.col) == written);  // where the postprocess reads it
+        ++seen[size_t(written)];
+      }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == int(seen.size()));
+    // The postprocess reads a row's 8 columns 8 c .. 8 c + 7 as 4 pairs, 4 floats apart.
+    for (int r = 0; r < lesson14::kRows; ++r)
+      for (int c0 = 0; c0 < cols; c0 += 8)
+        for (int t = 0; t < 4; ++t) {
+          CHECK(lesson14::dq_share_offset(r, c0 + 2 * t) == lesson14::dq_share_offset(r, c0) + 4 * t);
+          CHECK(lesson14::dq_share_offset(r, c0 + 2 * t + 1) == lesson14::dq_share_offset(r, c0) + 4 * t + 1);
+        }
+  }
+}
+
+TEST_CASE("lesson14: a block's shared memory fits Hopper's 227 KB, every tile on a 1024-byte boundary") {
+  auto check = [](auto s) {
+    using S = decltype(s);
+    CHECK(S::total <= lesson14::kMaxSmem);
+    for (int offset : {S::k, S::v, S::q, S::dout, S::ds, S::dq}) CHECK(offset % 1024 == 0);
+    CHECK(S::q_bytes % 1024 == 0);
+    CHECK(S::ds_bytes % 1024 == 0);
+    CHECK(S::lse % 16 == 0);  // bulk copies: 16-byte aligned
+    CHECK(S::delta % 16 == 0);
+    CHECK(S::bars % 8 == 0);
+  };
+  check(lesson14::Smem<64>{});
+  check(lesson14::Smem<128>{});
+}
