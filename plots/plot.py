@@ -18,7 +18,7 @@
 The tables between <!-- results:begin --> and <!-- results:end --> in README.md are generated here,
 never typed. Where a CSV holds a case twice, the later row wins. Only fp16 rows are drawn and
 tabled. Each row carries its own ceiling (FP32 FMA for the CUDA-core lessons, a tensor-core peak
-for the later ones); the peers' rows (lesson peer_*) carry none. Backward rows (lessons 10-11 and
+for the later ones); the peers' rows (lesson peer_*) carry none. Backward rows (lessons 10, 11 and 14, and
 the peers' peer_*_bwd, from fa-bench --bwd and peers.py --bwd) get their own figures (..._bwd_d128_
 causal.png) and tables. Needs matplotlib for the figures.
 """
@@ -102,8 +102,8 @@ class Index:
 
 
 def is_backward(lesson):
-    """Backward rows: the backward lessons (10, 11) and the peers' --bwd rows (lesson name + _bwd)."""
-    return lesson.endswith("_bwd") or lesson_number(lesson) in (10, 11)
+    """Backward rows: the backward-only lessons (10, 11, 14) and the peers' --bwd rows (lesson name + _bwd)."""
+    return lesson.endswith("_bwd") or lesson_number(lesson) in (10, 11, 14)
 
 
 def split(rows):

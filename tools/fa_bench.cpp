@@ -107,7 +107,7 @@ std::string lesson_number(const fa::LessonInfo& l) { return std::string(l.id).su
 enum class Roof { kFma, kMmaSync, kGemm };
 Roof roof_of(const fa::LessonInfo& l) {
   const std::string nn = lesson_number(l);
-  if (nn == "13") return Roof::kGemm;
+  if (nn >= "13") return Roof::kGemm;  // the Hopper lessons (wgmma): the cuBLAS GEMM's roof
   return nn >= "07" && nn != "10" ? Roof::kMmaSync : Roof::kFma;
 }
 
