@@ -1,8 +1,12 @@
 // Lesson 14 on the GPU, beyond the backward suite: the shapes where a K/V-stationary Hopper
-// backward goes wrong quietly. Many key blocks adding into one query tile's dQ (atomics and the
-// ordered mode), the group loop of GQA and MQA over several query tiles, key blocks no query row
-// the row-less extremes (one query, one key), and tails in both lengths at once; both dtypes, both head dims, against the fp64 reference gradients.
+// backward goes wrong quietly. Many key blocks adding into one query tile's dQ (atomics, and the
+// ordered adds of the deterministic mode), the group loop of GQA and MQA over several query tiles,
+// one query against many keys and the reverse, rows that see no key, tails in both lengths at
+// once, and the third dQ path (the unordered bulk reduce-add); both dtypes and head dims, against
+// the fp64 reference gradients.
 #include <doctest/doctest.h>
+
+#include <cstdlib>
 
 #include "check.hpp"
 
@@ -51,4 +55,20 @@ TEST_CASE("lesson14: one query against many keys, many queries against one key, 
         INFO(sq, " queries on ", sk, " keys, ", det ? "deterministic" : "atomic", " dQ");
         FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(sq, sk, d, fa::DType::kF16, true, 2, 1), det));
       }
+}
+
+TEST_CASE("lesson14: dQ by the bulk reduce-add (FA_LESSON14_DQ=bulk) matches the reference too") {
+  // The default adds dQ with atomics and the deterministic mode with the ordered bulk reduce-add;
+  // the unordered bulk reduce-add is the third path (README, "dQ"): the same shapes as above, once.
+  struct Env {
+    Env() { setenv("FA_LESSON14_DQ", "bulk", 1); }
+    ~Env() { unsetenv("FA_LESSON14_DQ"); }
+  } env;
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      INFO("head dim ", d, ", causal ", causal);
+      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2)));
+      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(1, 700, d, fa::DType::kF16, causal, 4, 1)));
+    }
 }
