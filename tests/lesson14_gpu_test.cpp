@@ -72,3 +72,20 @@ TEST_CASE("lesson14: dQ by the bulk reduce-add (FA_LESSON14_DQ=bulk) matches the
       FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(1, 700, d, fa::DType::kF16, causal, 4, 1)));
     }
 }
+
+TEST_CASE("lesson14: deterministic mode with more key blocks than fit on the GPU, and bitwise across runs") {
+  // 64 queries on 40,000 keys: 313 key blocks of one head, more than a GPU holds at once (one block
+  // per SM), so blocks wait for their turn to add dQ while others are not yet running. Blocks may
+  // only wait for blocks launched before them, or this hangs (ctest's timeout ends it).
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (bool causal : {false, true}) {
+    INFO("causal ", causal);
+    FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(64, 40000, 64, fa::DType::kF16, causal, 1, 1), true));
+  }
+  // Bitwise across runs where the suite does not look: head dim 64, bf16, six query heads on two
+  // K/V heads, four key blocks per query tile.
+  for (bool causal : {false, true}) {
+    fa::test::Case c = make(333, 400, 64, fa::DType::kBF16, causal, 6, 2);
+    FA_CHECK_OUTCOME(fa::test::check_backward_deterministic(lesson, c));
+  }
+}

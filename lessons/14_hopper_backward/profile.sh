@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Lesson 14's profiling exercise: where the Hopper backward's time goes, per kernel, for both ways
-# of adding dQ's shares (N = 8192, 16 heads x head_dim 128 and 32 x 64, fp16, non-causal):
-#   FA_LESSON14_DQ=0: fp32 atomics from every consumer thread;
-#   FA_LESSON14_DQ=1: one TMA bulk reduce-add (cp.reduce.async.bulk) per warpgroup and query tile,
-#                     staged through shared memory.
+# of adding dQ's shares (N = 16384 unless FA_PROFILE_SEQLEN says otherwise: 16 heads x head_dim 128
+# and 32 x 64, fp16, non-causal):
+#   FA_LESSON14_DQ=atomic: 16-byte fp32 atomics (atomicAdd on float4) from every consumer thread,
+#                          each warp's on 512 contiguous bytes of the accumulator (the default);
+#   FA_LESSON14_DQ=bulk:   one TMA bulk reduce-add (cp.reduce.async.bulk) per warpgroup and query
+#                          tile, staged through shared memory (16-byte stores, conflict-free).
 # Each run has three kernels: preprocess_kernel (D, LSE2, the accumulator zeroed), backward_kernel
-# (dK, dV and dQ's shares) and postprocess_kernel (dQ scaled and rounded). Per kernel: time; the
-# tensor pipe's busy fraction (wgmma's HGMMA is counted by the hmma/hgmma/qgmma counter, the one
-# lesson 13 measured) and its wgmma instructions; the exponential unit's (XU) share; shared-memory
-# bank conflicts on loads and stores (the dS^T stores, the bulk mode's fp32 staging); the L2's
-# reduction sectors (what the atomics and the bulk reduce-adds write); and the stall reasons that
-# matter here (as % of active warp cycles). Predict first (README, "How to profile").
+# (dK, dV and dQ's shares) and postprocess_kernel (dQ gathered from the threads' order, scaled and
+# rounded). Per kernel: time; the tensor pipe's busy fraction (wgmma's HGMMA is counted by the
+# hmma/hgmma/qgmma counter, the one lesson 13 measured) and its wgmma instructions; the exponential
+# unit's (XU) share; shared-memory bank conflicts on loads and stores; the L2's reduction sectors
+# (what the atomics and the bulk reduce-adds write); and the stall reasons (as % of active warp
+# cycles) of the README's profile of the first version, plus gmma and mio_throttle. Predict first
+# (README, "How to profile").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
@@ -18,25 +21,31 @@ export FA_BUILD=${FA_BUILD:-$root/build/student}
 # Newer Nsight Compute versions may also list sm__pipe_tensor_op_gmma_cycles_active (wgmma alone);
 # the counter below covers mma.sync and wgmma together and is the one the course has measured on
 # the H200 (lesson 13). `ncu --query-metrics | grep gmma` lists what your version has.
+stall=smsp__warp_issue_stalled
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active
 metrics=$metrics,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
 metrics=$metrics,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 metrics=$metrics,lts__t_sectors_op_red.sum
-metrics=$metrics,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct
-metrics=$metrics,smsp__warp_issue_stalled_gmma_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct
-metrics=$metrics,smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct
-n=${FA_PROFILE_SEQLEN:-8192}
+metrics=$metrics,${stall}_long_scoreboard_per_warp_active.pct,${stall}_wait_per_warp_active.pct
+metrics=$metrics,${stall}_short_scoreboard_per_warp_active.pct,${stall}_selected_per_warp_active.pct
+metrics=$metrics,${stall}_lg_throttle_per_warp_active.pct,${stall}_barrier_per_warp_active.pct
+metrics=$metrics,${stall}_branch_resolving_per_warp_active.pct,${stall}_gmma_per_warp_active.pct
+metrics=$metrics,${stall}_mio_throttle_per_warp_active.pct
+n=${FA_PROFILE_SEQLEN:-16384}
 echo "fa-bench --bwd takes O and the LSE from lesson 08's forward in $FA_BUILD: if your lesson 08 is"
 echo "not done, run FA_BUILD=$root/build/solutions $0 (the course's lessons)."
-for dq in 0 1; do
-  if [ "$dq" = 0 ]; then how="fp32 atomics"; else how="bulk reduce-add"; fi
+for dq in atomic bulk; do
+  if [ "$dq" = atomic ]; then how="16-byte fp32 atomics"; else how="bulk reduce-add"; fi
   echo "== dQ by $how (FA_LESSON14_DQ=$dq), N = $n, head_dim 128 then 64 (non-causal, fp16)"
-  FA_LESSON14_DQ=$dq "$root/tools/ncu-profile.sh" lesson14_dq${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
+  FA_LESSON14_DQ=$dq "$root/tools/ncu-profile.sh" lesson14_dq_${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
     --bwd --lessons 14 --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
 done
 echo "Read it: the three kernels' times add up to the backward's; backward_kernel is nearly all of it."
 echo "The tensor pipe's busy fraction is the share of the wgmma ceiling the kernel reaches; the rest"
-echo "is in the stalls: barrier (the two consumer warpgroups meeting on dS^T, and the bulk mode's"
-echo "warpgroup barriers), long scoreboard (mbarrier waits for the ring), gmma (waiting for wgmma),"
-echo "lg_throttle (the atomics' queue). Store bank conflicts: the dS^T stores are swizzled; the bulk"
-echo "mode's fp32 staging is not. The L2 reduction sectors are the same bytes added both ways."
+echo "is in the stalls: long scoreboard (waits on memory and the ring's mbarriers), wait (fixed-latency"
+echo "dependencies), short scoreboard (shared memory and the exponentials), lg_throttle (the queue of"
+echo "global-memory instructions: the atomics), barrier (the consumers meeting on dS^T, and the bulk"
+echo "mode's warpgroup barriers), gmma (waiting for wgmma). Compare head_dim 128 with the README's"
+echo "profile of the first version (float2 atomics; section 8). Store bank conflicts: the dS^T stores"
+echo "are swizzled and the bulk mode's staging is in the threads' order, so both modes should show"
+echo "about none. The L2 reduction sectors are the same bytes added both ways."

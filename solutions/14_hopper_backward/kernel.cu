@@ -219,16 +219,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) {
         int* my_sem = sem + tile * 2 + (wg - 1);
         if constexpr (kMode == kOrdered) {
-          // This block's turn: how many blocks add into this tile before it (the loop below).
-          while (*reinterpret_cast<volatile int*>(my_sem) != turn) {
+          // This block's turn: how many blocks add into this tile before it (the loop below). The
+          // acquire pairs with the previous adder's release; the proxy fence orders it before the
+          // bulk add (the async proxy). (A watchdog that traps here made ptxas spill heavily at
+          // d = 128; the lesson's GPU test runs more key blocks than fit on the GPU instead.)
+          while (fa::load_acquire(my_sem) != turn) {
           }
+          fa::fence_proxy_async_global();
         }
         fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
         fa::bulk_commit();
         if constexpr (kMode == kOrdered) {
-          fa::bulk_wait<0>();  // the adds are done ...
-          __threadfence();     // ... and visible before the next block may start its own
-          atomicAdd(my_sem, 1);
+          fa::bulk_wait<0>();              // the adds are done ...
+          fa::fence_proxy_async_global();  // ... ordered before this thread's generic accesses ...
+          fa::add_release(my_sem, 1);      // ... and visible before the next block may start its own
         }
       }
     }
@@ -305,19 +309,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         da[kk][r] = fa::pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
       }
     fa::wgmma_fence();
-    // TODO(5): dV += P^T dO and dK += dS^T Q: kRows / 16 steps of wgmma_rs<T, D> each, A = pa[kk]
-    //   or da[kk], B = dO or Q read N-major (the head dimension is dV's and dK's N); one commit.
+    // TODO(5): dV += P^T dO: kRows / 16 steps of wgmma_rs<T, D>, A = pa[kk], B = dO read N-major
+    //   (the head dimension is dV's N).
     // BEGIN SOLUTION
 #pragma unroll
     for (int kk = 0; kk < kRows / 16; ++kk) fa::wgmma_rs<T, D>(dv, pa[kk], mnmajor_desc(do_s, kRows, kk), 1);
-#pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk) fa::wgmma_rs<T, D>(dk, da[kk], mnmajor_desc(q_s, kRows, kk), 1);
-    fa::wgmma_commit();
     // END SOLUTION
 
     // dS^T into shared memory as it is (keys x rows, a row's 64 values in one 128-byte row): read
-    // back transposed, it is dQ's A operand. Two buffers: a warpgroup writes buffer it & 1 only
-    // after both passed the barrier of iteration it - 1, so after both finished reading it (it - 2).
+    // back transposed, it is dQ's A operand. Stored before the dK GEMM is issued: registers an
+    // in-flight wgmma reads as its A operand must not even be read until it completes. Two
+    // buffers: a warpgroup writes buffer it & 1 only after both passed the barrier of iteration
+    // it - 1, so after both finished reading it (iteration it - 2).
 #pragma unroll
     for (int i = 0; i < kRows / 2; i += 2) {
       const RowCol rc = acc_element(tid, i);
@@ -325,11 +328,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(da[i / 8][(i % 8) / 2]) : "memory");
     }
     fa::fence_proxy_async();  // the writes above, before wgmma (the async proxy) reads them
-    fa::named_sync(1, 256);   // both warpgroups' dS^T are in
+
+    // TODO(6): dK += dS^T Q the same way (A = da[kk], B = Q read N-major); one commit for both.
+    // BEGIN SOLUTION
+#pragma unroll
+    for (int kk = 0; kk < kRows / 16; ++kk) fa::wgmma_rs<T, D>(dk, da[kk], mnmajor_desc(q_s, kRows, kk), 1);
+    fa::wgmma_commit();
+    // END SOLUTION
+    fa::named_sync(1, 256);  // both warpgroups' dS^T are in (the dV and dK GEMMs run meanwhile)
 
     // dQ (64 rows x this warpgroup's D / 2 columns) = dS (rows x 128 keys) K (128 keys x columns).
     fa::wgmma_fence();
-    // TODO(6): dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read
+    // TODO(7): dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read
     //   transposed from the dS^T tile (M-major: mnmajor_desc over its kKeys rows), B = K's columns
     //   n0 .. n0 + D / 2 - 1 (N-major, from k_cols); commit.
     // BEGIN SOLUTION
@@ -363,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const RowCol rc = acc_element(tid, i);
     const int key = k0 + kw + rc.row;
     if (key >= p.seqlen_k) continue;
-    // TODO(7): dK takes the softmax scale here, once (dQ takes it in the postprocess).
+    // TODO(8): dK takes the softmax scale here, once (dQ takes it in the postprocess).
     // BEGIN SOLUTION
     *reinterpret_cast<uint32_t*>(dkb + int64_t(key) * p.dk_stride.row + rc.col) = fa::pack2<T>(dk[i] * p.scale, dk[i + 1] * p.scale);
     // END SOLUTION
