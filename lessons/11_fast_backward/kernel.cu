@@ -348,7 +348,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
   }
 }
 
-constexpr int kDqKeys = 64, kDqWarps = 4;  // the dQ pass's tiles: 64 rows x 64 keys, 4 warps
+using lesson11::kDqKeys;  // the dQ pass's tiles (tiles.hpp): 64 rows x 64 keys, 4 warps
+using lesson11::kDqWarps;
 
 template <class T, int kIndex>
 void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
@@ -382,7 +383,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
     fa::allow_smem(kernel, smem);
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
     FA_CHECK_LAUNCH();
-    constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
+    constexpr int dq_smem = lesson11::dq_smem_bytes(D);
     auto dq = dq_kernel<T, D, kDqKeys, kDqWarps>;
     fa::allow_smem(dq, dq_smem);
     dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, lse2, delta, padded);
