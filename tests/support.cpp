@@ -533,7 +533,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 // output's rounding). The whole tensor's relative error ||got - ref|| / ||ref|| at most 4u, or
 // twice the naive 16-bit computation's where cancellation makes that one larger. FlashAttention-2's
 // rule: max error <= 3x the naive computation's (+ 2^-20 max mag: fp32 noise where the naive one
-// happens to be exact). Every failure says MISMATCH (tests/run_mutant.sh counts only numerical
+// happens to be exact). Every failure says MISMATCH (maintainers/run_mutant.sh counts only numerical
 // rejections).
 // dg is fp32, but its error comes from the 16-bit inputs and O like the others': the same u.
 bool check_gradient(const Case& c, const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
