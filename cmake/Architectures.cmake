@@ -25,14 +25,7 @@ function(fa_choose_cuda_architectures)
     set(archs native)
     message(STATUS "GPU with compute capability ${cap} found: building for it (native)")
   else()
-    # No GPU here: sm_80 code (which sm_86 and sm_89 run too) with compute_80 PTX (which every
-    # later GPU can compile), and sm_90 code. The list's first entry is what a build compiled for
-    # one architecture gets (the GPU patch mutants and the tile-counting builds, cmake/FaLesson.cmake):
-    # it only runs on a GPU, never here, so compute_80 PTX alone is enough; the device compiler
-    # still checks that it compiles, ptxas is skipped (a third of its time), and a GPU machine
-    # builds it for itself.
-    # Every other target gets from "80-virtual;80-real" exactly what "80" gives.
-    set(archs "80-virtual;80-real;90-real")
+    set(archs "80;90-real")
     message(STATUS "No GPU found: building sm_80 (+ PTX for later GPUs) and sm_90")
   endif()
   set(FA_GPU_COMPUTE_CAP "${cap}" CACHE INTERNAL "")

@@ -22,6 +22,25 @@
 
 set(FA_SKIP_CODE 77)  # a GPU test executable returns this on a machine without a GPU
 
+# fa_gpu_only_build(<arch> <targets...>): targets that only run on the GPU at hand (the GPU patch
+# mutants, the tile-counting builds) are compiled for one architecture, <arch> (native: the
+# project's own). With FA_COMPILE_ONLY_GPU_BUILDS (no GPU here, CMakeLists.txt) they are compiled
+# only to check that they compile: <arch>'s PTX alone (no ptxas), device code unoptimized.
+function(fa_gpu_only_build arch)
+  if(FA_COMPILE_ONLY_GPU_BUILDS)
+    string(REGEX REPLACE "-(real|virtual)$" "" arch "${arch}")
+    if(arch STREQUAL "native")
+      message(FATAL_ERROR "FA_COMPILE_ONLY_GPU_BUILDS needs a CUDA architecture, not native")
+    endif()
+    set_target_properties(${ARGN} PROPERTIES CUDA_ARCHITECTURES ${arch}-virtual)
+    foreach(t IN LISTS ARGN)
+      target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcicc=-O0>)
+    endforeach()
+  elseif(NOT arch STREQUAL "native")
+    set_target_properties(${ARGN} PROPERTIES CUDA_ARCHITECTURES ${arch})
+  endif()
+endfunction()
+
 # fa_add_doctest(<target> KIND cpu|gpu LABEL <label> [PART <part>] SOURCES ... [LIBS ...] [DEFINES ...])
 # One doctest executable with the course's main (skip code, FA_REQUIRE_GPU, FA_TEST_SEED);
 # every test case becomes a ctest test named <label>/<case> (<label>/<part>/<case> with PART)
@@ -188,9 +207,7 @@ function(fa_add_lesson nn name)
     if(arch_override)
       set(one_arch ${arch_override})
     endif()
-    if(NOT one_arch STREQUAL "native")
-      set_target_properties(${label}_counted test_${label}_tiles PROPERTIES CUDA_ARCHITECTURES ${one_arch})
-    endif()
+    fa_gpu_only_build(${one_arch} ${label}_counted test_${label}_tiles)
     list(APPEND targets test_${label}_tiles)
   endif()
   if(arch_override)
@@ -352,7 +369,9 @@ function(fa_add_patch_mutants)
       string(TOUPPER ${suite} direction)
       target_compile_definitions(mutants_${name} PRIVATE FA_COUNT_TILES FA_TILES_${direction}=1)
     endif()
-    if(NOT arch STREQUAL "native")
+    if(kind STREQUAL "gpu")
+      fa_gpu_only_build(${arch} mutants_${name})
+    elseif(NOT arch STREQUAL "native")
       set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${arch})
     endif()
   endforeach()

@@ -162,7 +162,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows: each Q
     // and dO fragment read feeds kKT mma.
     float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
+    // Unrolled, but on sm_120 (GeForce RTX 50): there the deterministic kernel with 32 keys a warp
+    // spills (ptxas wants more than 255 registers) unless this loop stays rolled. Every other GPU
+    // gets the unrolled loop (sm_80 and sm_90 fit in 255 registers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#pragma unroll 1
+#else
 #pragma unroll
+#endif
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t ka[kKT][4], va[kKT][4];
 #pragma unroll
