@@ -22,10 +22,29 @@
 
 set(FA_SKIP_CODE 77)  # a GPU test executable returns this on a machine without a GPU
 
+# fa_gpu_only_build(<arch> <targets...>): targets that only run on the GPU at hand (the GPU patch
+# mutants, the tile-counting builds) are compiled for one architecture, <arch> (native: the
+# project's own). With FA_COMPILE_ONLY_GPU_BUILDS (no GPU here, CMakeLists.txt) they are compiled
+# only to check that they compile: <arch>'s PTX alone (no ptxas), device code unoptimized.
+function(fa_gpu_only_build arch)
+  if(FA_COMPILE_ONLY_GPU_BUILDS)
+    string(REGEX REPLACE "-(real|virtual)$" "" arch "${arch}")
+    if(arch STREQUAL "native")
+      message(FATAL_ERROR "FA_COMPILE_ONLY_GPU_BUILDS needs a CUDA architecture, not native")
+    endif()
+    set_target_properties(${ARGN} PROPERTIES CUDA_ARCHITECTURES ${arch}-virtual)
+    foreach(t IN LISTS ARGN)
+      target_compile_options(${t} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcicc=-O0>)
+    endforeach()
+  elseif(NOT arch STREQUAL "native")
+    set_target_properties(${ARGN} PROPERTIES CUDA_ARCHITECTURES ${arch})
+  endif()
+endfunction()
+
 # fa_add_doctest(<target> KIND cpu|gpu LABEL <label> [PART <part>] SOURCES ... [LIBS ...] [DEFINES ...])
 # One doctest executable with the course's main (skip code, FA_REQUIRE_GPU, FA_TEST_SEED);
 # every test case becomes a ctest test named <label>/<case> (<label>/<part>/<case> with PART)
-# with labels <label> and <kind>. tests/manifest.txt lists its cases under <label> (<label>.<part>).
+# with labels <label> and <kind>. maintainers/manifest.txt lists its cases under <label> (<label>.<part>).
 function(fa_add_doctest target)
   cmake_parse_arguments(T "" "KIND;LABEL;PART" "SOURCES;LIBS;DEFINES" ${ARGN})
   set(prefix "${T_LABEL}/")
@@ -190,9 +209,7 @@ function(fa_add_lesson nn name)
     if(arch_override)
       set(one_arch ${arch_override})
     endif()
-    if(NOT one_arch STREQUAL "native")
-      set_target_properties(${label}_counted test_${label}_tiles PROPERTIES CUDA_ARCHITECTURES ${one_arch})
-    endif()
+    fa_gpu_only_build(${one_arch} ${label}_counted test_${label}_tiles)
     list(APPEND targets test_${label}_tiles)
   endif()
   if(arch_override)
@@ -213,12 +230,12 @@ function(fa_add_lesson nn name)
   set_tests_properties(${label}/links_without_reference PROPERTIES LABELS "${label};cpu")
 endfunction()
 
-# One test per label in tests/manifest.txt: the test cases it lists must all be registered by the
+# One test per label in maintainers/manifest.txt: the test cases it lists must all be registered by the
 # label's executables (a test executable that fails to build or to list does not vanish quietly).
 function(fa_add_manifest_checks)
   get_property(labels GLOBAL PROPERTY FA_MANIFEST_LABELS)
   list(REMOVE_DUPLICATES labels)
-  file(STRINGS ${PROJECT_SOURCE_DIR}/tests/manifest.txt lines REGEX "^[a-z0-9_.]+ *\\|")
+  file(STRINGS ${PROJECT_SOURCE_DIR}/maintainers/manifest.txt lines REGEX "^[a-z0-9_.]+ *\\|")
   set(manifest_labels "")
   foreach(line IN LISTS lines)
     string(REGEX MATCH "^[a-z0-9_.]+" l "${line}")
@@ -229,7 +246,7 @@ function(fa_add_manifest_checks)
     get_property(exes GLOBAL PROPERTY FA_MANIFEST_EXES_${l})
     string(REPLACE ";" "|" exes "${exes}")
     add_test(NAME ${l}/manifest
-             COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${PROJECT_SOURCE_DIR}/tests/manifest.txt
+             COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${PROJECT_SOURCE_DIR}/maintainers/manifest.txt
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_manifest.cmake)
     string(REGEX REPLACE "\\..*" "" label "${l}")  # lesson04.model -> lesson04
     set_tests_properties(${l}/manifest PROPERTIES LABELS "${label};cpu")
@@ -277,21 +294,21 @@ function(fa_add_mutants name)
     if(m STREQUAL name)
       set(test_name mutants/${name})
     endif()
-    add_test(NAME ${test_name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/run_mutant.sh $<TARGET_FILE:${target}> ${m} ${hint})
+    add_test(NAME ${test_name} COMMAND sh ${PROJECT_SOURCE_DIR}/maintainers/run_mutant.sh $<TARGET_FILE:${target}> ${m} ${hint})
     set_tests_properties(${test_name} PROPERTIES LABELS "mutants;${M_KIND}" SKIP_RETURN_CODE ${FA_SKIP_CODE}
                          TIMEOUT 600)
   endforeach()
 endfunction()
 
-# fa_add_patch_mutants(): one test per tests/mutants/*.mutant (header lines: lesson:, file:, hint:,
+# fa_add_patch_mutants(): one test per maintainers/mutants/*.mutant (header lines: lesson:, file:, hint:,
 # and optionally tests: and suite:). fa-mutate applies the mutant's
 # edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
 # suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant,
-# and lesson 00, run in CI; the GPU lesson otherwise) and must reject it by a numerical failure (tests/run_mutant.sh).
+# and lesson 00, run in CI; the GPU lesson otherwise) and must reject it by a numerical failure (maintainers/run_mutant.sh).
 # GPU mutants are compiled for one architecture: they only need to run on the GPU at hand (a
 # lesson's own ARCH if it has one).
 function(fa_add_patch_mutants)
-  file(GLOB specs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/mutants/*.mutant)
+  file(GLOB specs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/maintainers/mutants/*.mutant)
   list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
   foreach(spec IN LISTS specs)
     get_filename_component(name ${spec} NAME_WE)
@@ -354,7 +371,9 @@ function(fa_add_patch_mutants)
       string(TOUPPER ${suite} direction)
       target_compile_definitions(mutants_${name} PRIVATE FA_COUNT_TILES FA_TILES_${direction}=1)
     endif()
-    if(NOT arch STREQUAL "native")
+    if(kind STREQUAL "gpu")
+      fa_gpu_only_build(${arch} mutants_${name})
+    elseif(NOT arch STREQUAL "native")
       set_target_properties(mutants_${name} PROPERTIES CUDA_ARCHITECTURES ${arch})
     endif()
   endforeach()

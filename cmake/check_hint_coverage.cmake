@@ -1,6 +1,6 @@
 # The share of the course's mutants whose rejection must give the hint that names their bug
-# (tests/run_mutant.sh checks each one's hint; this checks that at least 80% have one).
-#   cmake -DSPECS=<tests/mutants> "-DEXTRA=<mutant>=<hint>|..." -P check_hint_coverage.cmake
+# (maintainers/run_mutant.sh checks each one's hint; this checks that at least 80% have one).
+#   cmake -DSPECS=<maintainers/mutants> "-DEXTRA=<mutant>=<hint>|..." -P check_hint_coverage.cmake
 file(GLOB specs ${SPECS}/*.mutant)
 set(total 0)
 set(hinted 0)

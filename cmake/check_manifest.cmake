@@ -1,7 +1,7 @@
-# ctest: every test case tests/manifest.txt lists for LABEL must be listed by one of EXES
+# ctest: every test case maintainers/manifest.txt lists for LABEL must be listed by one of EXES
 # ('|'-separated), and every case they list must be in the manifest. A line "LABEL | @group"
 # stands for every case the manifest lists under "@group | ...".
-# Run as: cmake -DLABEL=lesson00 -DEXES=a|b -DMANIFEST=tests/manifest.txt -P check_manifest.cmake
+# Run as: cmake -DLABEL=lesson00 -DEXES=a|b -DMANIFEST=maintainers/manifest.txt -P check_manifest.cmake
 cmake_minimum_required(VERSION 3.25)
 function(manifest_cases key out)
   string(REPLACE "." "\\." key_re "${key}")
@@ -54,7 +54,7 @@ foreach(h IN LISTS have)
   endif()
 endforeach()
 if(missing OR extra)
-  message(FATAL_ERROR "${LABEL}: registered test cases differ from tests/manifest.txt\nmissing:${missing}\nnot in the manifest:${extra}")
+  message(FATAL_ERROR "${LABEL}: registered test cases differ from maintainers/manifest.txt\nmissing:${missing}\nnot in the manifest:${extra}")
 endif()
 list(LENGTH want n)
 message(STATUS "${LABEL}: all ${n} manifest test cases registered")

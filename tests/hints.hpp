@@ -4,7 +4,7 @@
 // seqlen_k taken in, K read from another head, an accumulator never rescaled, ...). It never
 // knows which code produced the output. Each hint carries an id ("hint [mask-hides-diagonal]: ...")
 // so the mutant tests can check that a deliberate bug gets the hint that names it, and no other
-// (tests/run_mutant.sh).
+// (maintainers/run_mutant.sh).
 #pragma once
 
 #include <string>

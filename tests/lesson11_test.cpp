@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "../07_tensor_cores/fragments.hpp"
+#include "../08_pipelining/tiles.hpp"  // kArchs: each GPU's shared memory per block
 #include "tiles.hpp"
 #include "check.hpp"
 
@@ -106,4 +107,35 @@ TEST_CASE("lesson11: every configuration is well formed and fits in shared memor
     REQUIRE(i >= 0);
     CHECK(lesson11::kConfigs[i].head_dim == d);
   }
+}
+
+// The backward on each GPU a student may have (lesson 08's kArchs: sm_80, sm_86, sm_89, sm_90,
+// sm_120): its dK/dV kernel and its dQ pass must each fit the GPU's shared memory per block.
+// Where one does not, fa::allow_smem's cudaFuncSetAttribute fails and the backward throws
+// fa::CudaError before the dK/dV kernel launches: the GPU refuses it, it never computes a wrong
+// gradient. That happens in one place, the README's "no fallback": d = 128, whose one
+// configuration needs 145 KB, on the GPUs with 99 KB (sm_86, sm_89, sm_120).
+TEST_CASE("lesson11: on each GPU each head dim's backward fits its shared memory, but d = 128 on the 99 KB GPUs") {
+  require_started();
+  for (int i = 0; i < lesson11::kNumConfigs; ++i) {
+    const lesson11::Config& c = lesson11::kConfigs[i];
+    std::string fits;
+    for (const lesson08::Arch& a : lesson08::kArchs)
+      if (lesson11::smem_bytes(c) <= a.smem_per_block) fits += " sm_" + std::to_string(a.sm);
+    MESSAGE("configuration ", i, ": d ", c.head_dim, ", ", c.keys, " keys x ", c.rows, " rows, ", c.warps, " warps: ",
+            lesson11::smem_bytes(c), " bytes, fits", fits.empty() ? " none" : fits);
+  }
+  const auto refused = [](int sm, int d) { return d == 128 && (sm == 86 || sm == 89 || sm == 120); };
+  for (const lesson08::Arch& a : lesson08::kArchs)
+    for (int d : {64, 128}) {
+      const int i = lesson11::config_for(d);
+      REQUIRE(i >= 0);
+      const int dkdv = lesson11::smem_bytes(lesson11::kConfigs[i]), dq = lesson11::dq_smem_bytes(d);
+      const bool runs = dkdv <= a.smem_per_block && dq <= a.smem_per_block;
+      const std::string why = runs ? "it fits, but this test lists it as refused (README: no fallback): update both"
+                                   : "over the limit: fa::allow_smem throws on this GPU";
+      CHECK_MESSAGE(runs != refused(a.sm, d), "sm_", a.sm, ", head_dim ", d, ": the dK/dV kernel (configuration ", i,
+                    ") needs ", dkdv, " bytes of shared memory and the dQ pass ", dq, ", the limit is ",
+                    a.smem_per_block, ": ", why);
+    }
 }

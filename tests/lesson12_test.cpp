@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "../08_pipelining/tiles.hpp"  // the forward's configurations, and kArchs
 #include "plan.hpp"
 #include "check.hpp"
 
@@ -135,4 +136,40 @@ TEST_CASE("lesson12: gate_anchor is the key position of a tile's first row, insi
       if (pos >= lk) CHECK(a == lk - 1);
     }
   }
+}
+
+// Lesson 12's kernels on each GPU a student may have (lesson 08's kArchs): the forward takes lesson
+// 08's configuration for the GPU, or with the gate the one plan.hpp names in place of the sm_90
+// choice (as kernel.cu's forward_dispatch); the backward takes lesson 11's, and its dQ pass. The
+// kernels also declare __shared__ variables of their own, which the GPU's limit per block counts
+// beside the dynamic tiles: at most 1280 bytes under nvcc 13.0 (ptxas -v, the gated dK/dV kernel),
+// so 2 KB is kept for them. A kernel over the limit is refused by fa::allow_smem before it launches
+// (fa::CudaError): for the backward at d = 128 (145 KB) on the 99 KB GPUs, as in lesson 11.
+TEST_CASE("lesson12: on each GPU the forward fits its shared memory, the backward too but d = 128 on the 99 KB GPUs") {
+  require_started();
+  constexpr int kStatic = 2048;
+  const auto refused = [](int sm, int d) { return d == 128 && (sm == 86 || sm == 89 || sm == 120); };
+  for (const lesson08::Arch& a : lesson08::kArchs)
+    for (int d : {64, 128}) {
+      const int chosen = lesson08::config_for(a.sm, d);
+      REQUIRE(chosen >= 0);
+      for (bool gate : {false, true}) {
+        const bool gated = gate && chosen == lesson08::config_for(90, d);
+        const int i = gated ? (d == 64 ? lesson12::kFwdGate64 : lesson12::kFwdGate128) : chosen;
+        const int bytes = lesson08::smem_bytes(lesson08::kConfigs[i]) + kStatic;
+        const std::string with = gate ? ", with the gate" : "";
+        CHECK(lesson08::kConfigs[i].head_dim == d);
+        CHECK_MESSAGE(bytes <= a.smem_per_block, "sm_", a.sm, ", head_dim ", d, with, ": the forward's configuration ", i,
+                      " needs ", bytes, " bytes of shared memory with 2 KB of its own, the limit is ", a.smem_per_block);
+      }
+      const int i = lesson11::config_for(d);
+      REQUIRE(i >= 0);
+      const int dkdv = lesson11::smem_bytes(lesson11::kConfigs[i]) + kStatic, dq = lesson11::dq_smem_bytes(d) + kStatic;
+      const bool runs = dkdv <= a.smem_per_block && dq <= a.smem_per_block;
+      const std::string why = runs ? "it fits, but this test lists it as refused (README: no fallback): update both"
+                                   : "over the limit: fa::allow_smem throws on this GPU";
+      CHECK_MESSAGE(runs != refused(a.sm, d), "sm_", a.sm, ", head_dim ", d, ": the backward's dK/dV kernel (lesson 11's ",
+                    "configuration ", i, ") needs ", dkdv, " bytes of shared memory with 2 KB of its own and the dQ pass ", dq,
+                    ", the limit is ", a.smem_per_block, ": ", why);
+    }
 }

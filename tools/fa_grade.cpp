@@ -4,7 +4,7 @@
 //            [--timeout S] [--labels lesson00,lesson04] [--lessons DIR] [--perf STUDENT.csv SOLUTION.csv]
 //   fa-grade --build DIR --progress [--lessons DIR] [--not-built L,...] [--points FILE] [--out DIR]
 //   fa-grade --points tests/grading.txt --points-table      (the README's table of points)
-//   fa-grade --points tests/grading.txt --check-manifest tests/manifest.txt
+//   fa-grade --points tests/grading.txt --check-manifest maintainers/manifest.txt
 //
 // It runs ctest once over the build (one test per core, or --jobs), printing each lesson as its
 // last test ends and a line a minute while tests run, and reads ctest's JUnit file.

@@ -78,7 +78,7 @@ if [ -n "$only" ]; then
 fi
 echo "$(stamp) configuring $build"
 # -s: the executables carry no symbol table, so a lesson cannot look the reference up by name at
-# run time (tools/grading/cheats/reads_reference.inc) to copy its answer.
+# run time (maintainers/cheats/reads_reference.inc) to copy its answer.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTUDENT_DIR="$student" -DFA_GRADE=ON \
       -DFA_BUILD_MUTANTS=OFF -DCMAKE_EXE_LINKER_FLAGS=-s ${CMAKE_ARGS:-} > "$instr/configure.log" 2>&1 || { tail -20 "$instr/configure.log"; exit 1; }
 # No stale results: remove the previous grading's lesson libraries, test executables and test lists,

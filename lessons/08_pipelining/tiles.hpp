@@ -74,11 +74,13 @@ constexpr Arch kArchs[] = {
     {86, 99 * 1024, 100 * 1024},
     {89, 99 * 1024, 100 * 1024},
     {90, 227 * 1024, 228 * 1024},
+    {120, 99 * 1024, 100 * 1024},  // GeForce RTX 50 (Blackwell): sm_86/89's budget
 };
 
 // The configuration used on an architecture, per head dim: an index into kConfigs, or -1. On sm_90
 // it was chosen by measurement on an H200 (README, "Choosing the tiles"); the others are the
 // shapes FlashAttention-2 uses on those GPUs, within their limits, not measured by the course.
+// Any other GPU gets sm_90's choice: on sm_120 it fits the 99 KB too (one block per SM, unmeasured).
 constexpr int config_for(int sm, int head_dim) {
   if (head_dim == 64) return sm == 86 || sm == 89 ? 2 : 0;
   if (head_dim == 128) return sm == 86 || sm == 89 ? 5 : 3;

@@ -162,7 +162,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows: each Q
     // and dO fragment read feeds kKT mma.
     float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
+    // Unrolled, but on sm_120 (GeForce RTX 50): there the deterministic kernel with 32 keys a warp
+    // spills (ptxas wants more than 255 registers) unless this loop stays rolled. Every other GPU
+    // gets the unrolled loop (sm_80 and sm_90 fit in 255 registers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#pragma unroll 1
+#else
 #pragma unroll
+#endif
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t ka[kKT][4], va[kKT][4];
 #pragma unroll
@@ -348,7 +355,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
   }
 }
 
-constexpr int kDqKeys = 64, kDqWarps = 4;  // the dQ pass's tiles: 64 rows x 64 keys, 4 warps
+using lesson11::kDqKeys;  // the dQ pass's tiles (tiles.hpp): 64 rows x 64 keys, 4 warps
+using lesson11::kDqWarps;
 
 template <class T, int kIndex>
 void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
@@ -382,7 +390,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
     fa::allow_smem(kernel, smem);
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
     FA_CHECK_LAUNCH();
-    constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
+    constexpr int dq_smem = lesson11::dq_smem_bytes(D);
     auto dq = dq_kernel<T, D, kDqKeys, kDqWarps>;
     fa::allow_smem(dq, dq_smem);
     dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, lse2, delta, padded);

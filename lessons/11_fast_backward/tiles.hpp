@@ -34,6 +34,14 @@ constexpr int smem_bytes(const Config& c) {
   return (2 * c.keys * c.head_dim + 4 * c.rows * c.head_dim + c.keys * c.rows) * 2 + 4 * c.rows * 4;
 }
 
+// The deterministic dQ pass (dq_kernel; lesson 12's is the same): one block of kDqWarps warps per
+// 16 x kDqWarps query rows, the key tiles of kDqKeys keys streaming past in a two-stage ring.
+constexpr int kDqKeys = 64, kDqWarps = 4;
+
+// Its shared memory: Q and dO (16 x kDqWarps rows x D each) and two stages of K and V (kDqKeys x D
+// each), 2 bytes a 16-bit value.
+constexpr int dq_smem_bytes(int head_dim) { return (2 * 16 * kDqWarps + 4 * kDqKeys) * head_dim * 2; }
+
 // What the kernel's loops need: 16 keys per warp, whole k16 steps over the rows, swizzled tiles
 // (D and rows multiples of 64), the dQ product's warps as 2 x (warps / 2) with whole n16 steps
 // each, and the cp.async loops even over the threads.

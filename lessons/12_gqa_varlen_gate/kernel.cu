@@ -1160,7 +1160,8 @@ constexpr int kFwd64Small = lesson08::config_for(86, 64), kFwd128Small = lesson0
 
 // With the gate, the sm_90 configurations' S tile does not fit beside the gate's registers
 // (ptxas spills): the gated kernel takes lesson 08's configurations with half as many keys a step.
-constexpr int kFwdGate64 = 1, kFwdGate128 = 4;
+using lesson12::kFwdGate64;  // plan.hpp
+using lesson12::kFwdGate128;
 static_assert(lesson08::kConfigs[kFwdGate64].head_dim == 64 && lesson08::kConfigs[kFwdGate128].head_dim == 128 &&
                   lesson08::kConfigs[kFwdGate64].sub * 2 == lesson08::kConfigs[kFwd64].sub &&
                   lesson08::kConfigs[kFwdGate128].sub * 2 == lesson08::kConfigs[kFwd128].sub,
@@ -1197,7 +1198,8 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   });
 }
 
-constexpr int kDqKeys = 64, kDqWarps = 4;  // the dQ pass's tiles (lesson 11): 64 rows x 64 keys
+using lesson11::kDqKeys;  // the dQ pass's tiles (lesson 11's tiles.hpp): 64 rows x 64 keys
+using lesson11::kDqWarps;
 
 // The backward with lesson 11's configuration kIndex: G, the maps, the statistics, the dK/dV kernel
 // (and dQ by atomics + convert_kernel, or the dQ pass), then dg from dG.
@@ -1256,7 +1258,7 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
     kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, x.kmap.order, x.kmap.count, x.qmap.tile_start, x.G,
                                                              x.lse2, x.delta, stat_stride, nullptr, x.dG, nullptr);
     FA_CHECK_LAUNCH();
-    constexpr int dq_smem = (2 * 16 * kDqWarps + 4 * kDqKeys) * D * 2;
+    constexpr int dq_smem = lesson11::dq_smem_bytes(D);
     auto dq = dq_kernel<T, D, kDqKeys, kDqWarps, kGate>;
     fa::allow_smem(dq, dq_smem);
     dq<<<grid_of(x.qmap.entries * p.heads_q), kDqWarps * 32, dq_smem, stream>>>(

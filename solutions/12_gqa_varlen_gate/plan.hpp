@@ -75,4 +75,9 @@ __host__ __device__ constexpr int gate_anchor(int q0, int len_q, int len_k) {
   // END SKELETON
 }
 
+// The forward's tiles are lesson 08's configurations (kConfigs): the one lesson 08 chooses for the
+// GPU (config_for), except that with the gate its sm_90 choices give way to these two, with half
+// as many keys a step (kernel.cu says why).
+constexpr int kFwdGate64 = 1, kFwdGate128 = 4;
+
 }  // namespace lesson12

@@ -1,6 +1,6 @@
 // A naive forward written like a kernel (fp32 scores, exp and sums, tiles of 64 keys), with one
 // deliberate bug chosen at run time by FA_MUTANT. Each bug is one the shared forward suite exists
-// to catch; tests/run_mutant.sh passes only when the suite rejects it by a numerical failure, and
+// to catch; maintainers/run_mutant.sh passes only when the suite rejects it by a numerical failure, and
 // FA_MUTANT=none (the correct model) must pass. Lesson issues add mutants of their own kernels.
 #include <cmath>
 #include <cstdlib>

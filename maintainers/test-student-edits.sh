@@ -5,7 +5,7 @@
 # (the maintainers' `skeletons` target) must refuse to touch them; `fa-skeleton write --force` on
 # a copy must replace them and keep the student's version beside. The edits are undone at the end.
 # (tools/grade.sh is left out: it only reads the folder it grades, into a build of its own.)
-#   tools/test-student-edits.sh        (after `cmake --workflow --preset solutions` and the student build)
+#   maintainers/test-student-edits.sh        (after `cmake --workflow --preset solutions` and the student build)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

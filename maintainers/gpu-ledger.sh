@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The GPU ledger (tests/gpu-ledger.md): every full GPU run of the solutions, with a hash of the
+# The GPU ledger (maintainers/gpu-ledger.md): every full GPU run of the solutions, with a hash of the
 # sources a GPU run depends on. CI has no GPU, so it checks that the newest row's hash is the hash
 # of the tree it tests: a kernel, test or runtime change cannot land without a recorded GPU run.
-#   tools/gpu-ledger.sh hash                             print the hash of the GPU sources
-#   tools/gpu-ledger.sh check                            exit 1 if they changed since the last run
-#   tools/gpu-ledger.sh record "<GPU>" "<ctest line>"    append a row for the current tree, and
-#                                                        rewrite the README's "last verified" line
+#   maintainers/gpu-ledger.sh hash                           print the hash of the GPU sources
+#   maintainers/gpu-ledger.sh check                          exit 1 if they changed since the last run
+#   maintainers/gpu-ledger.sh record "<GPU>" "<ctest line>"  append a row for the current tree, and
+#                                                            rewrite the README's "last verified" line
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-ledger=tests/gpu-ledger.md
+ledger=maintainers/gpu-ledger.md
 # What a GPU run depends on: kernels, runtime, tests, and the build that compiles them. Markdown
 # (a solution's ANSWERS.md, notes) is read by people, never by the build or a test: it is left out,
-# so an instructor's answers can follow a recorded run without another one.
-paths=(solutions include runtime reference tests tools/CMakeLists.txt CMakeLists.txt cmake)
+# so an instructor's answers can follow a recorded run without another one. Of maintainers/, what
+# the GPU suite runs: the mutants, their runner and the manifest (not the ledger, nor the scripts
+# that only CI runs: check-skeleton-tests.sh, test-student-edits.sh, test-grading.sh, cheats/).
+paths=(solutions include runtime reference tests maintainers/mutants maintainers/run_mutant.sh maintainers/manifest.txt
+       tools/CMakeLists.txt CMakeLists.txt cmake)
 
 sources_hash() {
   git ls-files --cached --others --exclude-standard -- "${paths[@]}" | grep -vx "$ledger" | grep -v '\.md$' | LC_ALL=C sort |
@@ -29,7 +32,7 @@ case "${1:-}" in
     last=$(last_hash || true)
     if [ "$now" != "$last" ]; then
       echo "GPU ledger: the GPU sources changed since the last recorded GPU run (ledger ${last:-none}, tree $now)."
-      echo "Run the suite on a GPU (tools/gpu-run.sh, README "Run on a GPU") and record it with tools/gpu-ledger.sh record."
+      echo "Run the suite on a GPU (tools/gpu-run.sh, README "Run on a GPU") and record it with maintainers/gpu-ledger.sh record."
       exit 1
     fi
     echo "GPU ledger: the tree matches the last recorded GPU run ($now)."
@@ -39,7 +42,7 @@ case "${1:-}" in
     h=$(sources_hash)
     row="| $(date -u +%Y-%m-%d) | $(git rev-parse --short HEAD 2>/dev/null || echo none) | $2 | $3 | \`$h\` |"
     echo "$row" >> "$ledger"
-    line="Last verified GPU run: $(date -u +%Y-%m-%d), $2: $3 (sources \`$h\`, see [tests/gpu-ledger.md](tests/gpu-ledger.md))."
+    line="Last verified GPU run: $(date -u +%Y-%m-%d), $2: $3 (sources \`$h\`, see [maintainers/gpu-ledger.md](maintainers/gpu-ledger.md))."
     python3 - "$line" <<'PY'
 import re, sys
 p = "README.md"

@@ -3,7 +3,7 @@
 # and every failure must be the clear "lesson NN not implemented yet: <TODO>" message, never a
 # crash, a wall of numbers, or a pass (a skeleton that passes gives the student nothing to do).
 # GPU executables skip on a machine without a GPU (exit 77) and are reported as such.
-# usage: tools/check-skeleton-tests.sh <student-build-dir>
+# usage: maintainers/check-skeleton-tests.sh <student-build-dir>
 set -uo pipefail
 build=${1:?usage: $0 <student-build-dir>}
 status=0

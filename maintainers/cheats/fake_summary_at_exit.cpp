@@ -1,5 +1,5 @@
 
-// ---- tools/grading/cheats/fake_summary_at_exit.cpp, appended to a lesson file by tools/test-grading.sh ----
+// ---- maintainers/cheats/fake_summary_at_exit.cpp, appended to a lesson file by maintainers/test-grading.sh ----
 // A forged summary (issue 30): let the tests run (and fail), then at exit print doctest's success
 // summary and a made-up grader result line (the format is public, the key is not) and end the
 // process with exit code 0. The grader must score it 0.

@@ -1,5 +1,5 @@
 
-// ---- tools/grading/cheats/exit0_static_init.cpp, appended to a lesson file by tools/test-grading.sh ----
+// ---- maintainers/cheats/exit0_static_init.cpp, appended to a lesson file by maintainers/test-grading.sh ----
 // A forged pass (issue 30): before main, print doctest's success lines and exit 0, unless doctest is
 // asked to list the test cases (the build lists them). Every test "passes" by its exit code; the
 // grader must score it 0 (no signed result line).

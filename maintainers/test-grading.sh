@@ -2,7 +2,7 @@
 # CI's test of the grading path (no GPU needed; issues 29 and 30). Exits 1 on any surprise.
 #   1. the skeletons (CI's student build, graded as it is): every lesson not started, nothing scores
 #   2. the README's points table is generated from tests/grading.txt, and every shared-suite and
-#      tile-count test of tests/manifest.txt belongs to a feature there
+#      tile-count test of maintainers/manifest.txt belongs to a feature there
 #   3. lesson 00 solved, lesson 02's CPU model alone (its kernel untouched), lesson 04 with a CPU
 #      model that fails one feature, graded with a random secret seed: 00 full marks; 02 and 04
 #      "CPU parts only" with the share they cover (02 no longer 10/10), 04 loses exactly that
@@ -16,7 +16,7 @@
 #      symbol for the links_without_reference gate to see): 0; lesson 04 that does not compile: 0,
 #      and the others are still graded
 # Only the lessons a step needs are built (grade.sh --only), in a build of its own.
-#   tools/test-grading.sh [work-dir] [skeleton-build]
+#   maintainers/test-grading.sh [work-dir] [skeleton-build]
 #     work-dir        default build/test-grading
 #     skeleton-build  a build of the untouched lessons/ to grade in step 1 (default build/student,
 #                     which CI has built); "none" grades a copy of lessons 00, 02, 04 instead
@@ -78,7 +78,7 @@ done
 ok "the skeletons score 0, each lesson 'not started'"
 
 echo "== 2. the README's points table and tests/grading.txt's features"
-"$grade_tool" --points "$root/tests/grading.txt" --check-manifest "$root/tests/manifest.txt" || fail "a shared-suite test has no feature in tests/grading.txt"
+"$grade_tool" --points "$root/tests/grading.txt" --check-manifest "$root/maintainers/manifest.txt" || fail "a shared-suite test has no feature in tests/grading.txt"
 "$grade_tool" --points "$root/tests/grading.txt" --points-table > "$work/points-table.md"
 sed -n '/<!-- grading-points -->/,/<!-- \/grading-points -->/p' "$root/README.md" | sed '1d;$d' > "$work/readme-table.md"
 if ! diff -u "$work/readme-table.md" "$work/points-table.md"; then
@@ -91,7 +91,7 @@ fresh
 put "$root/solutions/00_reference/attention.cpp" "$work/student/00_reference/attention.cpp"
 for f in model.cpp online_softmax.hpp; do put "$root/solutions/02_online_softmax/$f" "$work/student/02_online_softmax/$f"; done
 put "$root/solutions/04_fa2/kernel.cu" "$work/student/04_fa2/kernel.cu"
-"$mutate" "$root/tests/mutants/cpu_04_max_starts_at_zero.mutant" "$root/solutions" "$work/mutant.cpp" > /dev/null
+"$mutate" "$root/maintainers/mutants/cpu_04_max_starts_at_zero.mutant" "$root/solutions" "$work/mutant.cpp" > /dev/null
 put "$work/mutant.cpp" "$work/student/04_fa2/model.cpp"
 grade --only 00,02,04 --seed random
 [ "$(status_of lesson00)" = passing ] && near "$(num lesson00 score)" 5 || fail "lesson 00 (solved) should score 5/5: $(lesson_line lesson00)"
@@ -128,10 +128,10 @@ ok "JUnit: one suite per lesson; a failure says: ${msg:0:160}..."
 
 echo "== 4. faked passes: lesson 00 exits 0 before main, lesson 02 forges a summary at exit; lesson 04's model is wrong"
 fresh
-cat "$root/lessons/00_reference/attention.cpp" "$root/tools/grading/cheats/exit0_static_init.cpp" | put_text "$work/student/00_reference/attention.cpp"
-cat "$root/lessons/02_online_softmax/model.cpp" "$root/tools/grading/cheats/fake_summary_at_exit.cpp" | put_text "$work/student/02_online_softmax/model.cpp"
+cat "$root/lessons/00_reference/attention.cpp" "$root/maintainers/cheats/exit0_static_init.cpp" | put_text "$work/student/00_reference/attention.cpp"
+cat "$root/lessons/02_online_softmax/model.cpp" "$root/maintainers/cheats/fake_summary_at_exit.cpp" | put_text "$work/student/02_online_softmax/model.cpp"
 put "$root/solutions/04_fa2/kernel.cu" "$work/student/04_fa2/kernel.cu"
-"$mutate" "$root/tests/mutants/cpu_04_missing_rescale.mutant" "$root/solutions" "$work/mutant.cpp" > /dev/null
+"$mutate" "$root/maintainers/mutants/cpu_04_missing_rescale.mutant" "$root/solutions" "$work/mutant.cpp" > /dev/null
 put "$work/mutant.cpp" "$work/student/04_fa2/model.cpp"
 grade --only 00,02,04
 for l in lesson00 lesson02; do
@@ -146,7 +146,7 @@ ok "a wrong CPU model scores 0 from the tests a wrong model passes (rejections, 
 
 echo "== 5. lesson 00 copies the reference's answer; lesson 04 does not compile; lesson 02's model still graded"
 fresh
-{ echo "#include \"$root/tools/grading/cheats/reads_reference.inc\""
+{ echo "#include \"$root/maintainers/cheats/reads_reference.inc\""
   sed 's/naive_attention(Q, K, V, p.scale, p.causal, O, lse);/answer_from_reference(Q, K, V, p.scale, p.causal, O, lse);/' \
       "$root/solutions/00_reference/attention.cpp"; } | put_text "$work/student/00_reference/attention.cpp"
 grep -q answer_from_reference "$work/student/00_reference/attention.cpp" || fail "the reads-reference cheat was not applied"
