@@ -1,9 +1,10 @@
 // Lesson 14 on the GPU, beyond the backward suite: the shapes where a K/V-stationary Hopper
-// backward goes wrong quietly. Many key blocks adding into one query tile's dQ (atomics, and the
-// ordered adds of the deterministic mode), the group loop of GQA and MQA over several query tiles,
-// one query against many keys and the reverse, rows that see no key, tails in both lengths at
-// once, and the third dQ path (the unordered bulk reduce-add); both dtypes and head dims, against
-// the fp64 reference gradients.
+// backward goes wrong quietly. Many key blocks adding into one query tile's dQ (the dQ writers'
+// bulk reduce-adds, and the ordered ones of the deterministic mode), the group loop of GQA and MQA
+// over several query tiles, one query against many keys and the reverse, rows that see no key,
+// tails in both lengths at once, the third dQ path (part 1's atomics), and the dQ staging buffers
+// under a writer that lags (stress mode); both dtypes and head dims, against the fp64 reference
+// gradients.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -39,7 +40,7 @@ TEST_CASE("lesson14: many key blocks per query tile, GQA and MQA groups, tails i
         const bool odd = n++ % 2 == 1;
         const fa::DType t = odd ? fa::DType::kBF16 : fa::DType::kF16;
         const int hq = odd ? 6 : 4, hkv = odd ? 2 : 1;
-        INFO(hq, " query heads on ", hkv, " kv heads, ", det ? "deterministic" : "atomic", " dQ");
+        INFO(hq, " query heads on ", hkv, " kv heads, ", det ? "deterministic" : "bulk", " dQ");
         FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, t, causal, hq, hkv), det));
       }
 }
@@ -52,18 +53,27 @@ TEST_CASE("lesson14: one query against many keys, many queries against one key, 
   for (int d : {64, 128})
     for (bool det : {false, true})
       for (auto [sq, sk] : {std::pair{1, 700}, std::pair{700, 1}, std::pair{300, 130}}) {
-        INFO(sq, " queries on ", sk, " keys, ", det ? "deterministic" : "atomic", " dQ");
+        INFO(sq, " queries on ", sk, " keys, ", det ? "deterministic" : "bulk", " dQ");
         FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(sq, sk, d, fa::DType::kF16, true, 2, 1), det));
       }
 }
 
-TEST_CASE("lesson14: dQ by the bulk reduce-add (FA_LESSON14_DQ=bulk) matches the reference too") {
-  // The default adds dQ with atomics and the deterministic mode with the ordered bulk reduce-add;
-  // the unordered bulk reduce-add is the third path (README, "dQ"): the same shapes as above, once.
-  struct Env {
-    Env() { setenv("FA_LESSON14_DQ", "bulk", 1); }
-    ~Env() { unsetenv("FA_LESSON14_DQ"); }
-  } env;
+namespace {
+
+// Sets an environment variable for one test case's scope.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+}  // namespace
+
+TEST_CASE("lesson14: dQ by atomics (FA_LESSON14_DQ=atomic) matches the reference too") {
+  // The default adds dQ with the dQ writers' bulk reduce-adds and the deterministic mode with the
+  // ordered ones; part 1's atomics from the consumers are the third path (README, "dQ"): the same
+  // shapes as above, once.
+  ScopedEnv env("FA_LESSON14_DQ", "atomic");
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
@@ -88,4 +98,18 @@ TEST_CASE("lesson14: deterministic mode with more key blocks than fit on the GPU
     fa::test::Case c = make(333, 400, 64, fa::DType::kBF16, causal, 6, 2);
     FA_CHECK_OUTCOME(fa::test::check_backward_deterministic(lesson, c));
   }
+}
+
+TEST_CASE("lesson14: dQ staging under a lagging writer (FA_LESSON14_STRESS=1), default and deterministic") {
+  // The dQ writers wait up to about 8 us before each add, so the consumers run ahead and reach each
+  // staging buffer while the previous share in it may still be unread: a buffer released too early
+  // (before its bulk reduce-add has read it) loses a share and adds another twice. Four key blocks
+  // per query tile, six query tiles per head, GQA 4/1: 24 tiles a block, so each buffer is reused.
+  ScopedEnv env("FA_LESSON14_STRESS", "1");
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (int d : {64, 128})
+    for (bool det : {false, true}) {
+      INFO("head dim ", d, ", ", det ? "deterministic" : "bulk", " dQ");
+      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, fa::DType::kF16, d == 128, 4, 1), det));
+    }
 }

@@ -75,7 +75,8 @@ TEST_CASE("lesson14: the key blocks visiting a query tile are blocks 0 .. last_k
 TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where the thread wrote it") {
   require_started();
   for (int d : {64, 128}) {
-    const int cols = d / 2, floats = cols / 2;  // a warpgroup's share: kRows x d / 2; per thread d / 4 floats
+    // A warpgroup's share: kRows x cols (d / 2 split by columns, d split by keys); cols / 2 floats a thread.
+    const int cols = d == 64 ? lesson14::DqSplit<64>::cols : lesson14::DqSplit<128>::cols, floats = cols / 2;
     std::vector<int> seen(size_t(lesson14::kRows) * cols, 0);
     for (int tid = 0; tid < 128; ++tid)
       for (int i = 0; i < floats; ++i) {
@@ -88,6 +89,13 @@ TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where th
         ++seen[size_t(written)];
       }
     CHECK(std::count(seen.begin(), seen.end(), 1) == int(seen.size()));
+    // The shares of consecutive tiles tile the accumulator, kRows x d floats a tile.
+    for (long long tile : {0LL, 1LL, 7LL}) {
+      const long long a = d == 64 ? lesson14::dq_share_start<64>(tile, 1) : lesson14::dq_share_start<128>(tile, 1);
+      const long long b = d == 64 ? lesson14::dq_share_start<64>(tile, 2) : lesson14::dq_share_start<128>(tile, 2);
+      CHECK(a == tile * lesson14::kRows * d);
+      CHECK(b == (cols == d ? a : a + lesson14::kRows * cols));  // by keys both add into the whole tile
+    }
     // The postprocess reads a row's 8 columns 8 c .. 8 c + 7 as 4 pairs, 4 floats apart.
     for (int r = 0; r < lesson14::kRows; ++r)
       for (int c0 = 0; c0 < cols; c0 += 8)

@@ -5,14 +5,17 @@
 //   2. backward_kernel: a block owns kKeys = 128 keys of one (batch, kv head), K and V loaded once by
 //      TMA and kept in shared memory; the query tiles that see them (of every query head of the
 //      group) stream past through a TMA ring: Q, dO, and the tile's LSE and D. Warpgroup 0 produces
-//      (one thread issues every copy); warpgroups 1 and 2 consume, 64 keys each. Per query tile:
+//      (one thread issues every copy; two warps add dQ); warpgroups 1 and 2 consume, 64 keys each.
+//      Per query tile:
 //        S^T = K Q^T and dP^T = V dO^T                          (wgmma, both operands in shared memory)
 //        P^T = exp2(S^T scale log2(e) - LSE2),  dS^T = P^T (dP^T - D)       (registers)
-//        dV += P^T dO,  dK += dS^T Q                             (wgmma, P^T and dS^T from registers)
-//        dQ += dS K                                              (wgmma from shared memory, added to
-//                                                                 the fp32 accumulator in global memory)
-//      dQ's sum runs over every key block, so it cannot stay in one block: each adds its share with
-//      fp32 atomics (default), or, deterministic, in key-block order behind a per-tile semaphore;
+//        dV += P^T dO                                            (wgmma, P^T from registers)
+//        dQ = dS K                                               (wgmma from shared memory)
+//        dK += dS^T Q                                            (wgmma, dS^T from registers)
+//      dQ's sum runs over every key block, so it cannot stay in one block: the consumers stage their
+//      shares in shared memory and a dQ writer warp adds each with one TMA bulk reduce-add into an
+//      fp32 accumulator (default; or fp32 atomics from the consumers), or, deterministic, in
+//      key-block order behind a per-tile semaphore;
 //   3. postprocess_kernel: dQ = scale * accumulator, rounded to fp16/bf16.
 // Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
 // (bottom-right aligned) and not; GQA and MQA.
@@ -44,21 +47,23 @@ using lesson13::RowCol;
 using lesson14::first_query_tile;
 using lesson14::kKeys;
 using lesson14::kRows;
-using lesson14::kStages;
 constexpr int kThreads = 384;  // 3 warpgroups
-// How dQ's shares reach the fp32 accumulator: fp32 atomics from every thread (kAtomic), one TMA
-// bulk reduce-add per warpgroup and tile (kBulk), or the same in key-block order
-// behind a semaphore per query tile (kOrdered: deterministic).
+// How dQ's shares reach the fp32 accumulator: one TMA bulk reduce-add per warpgroup and tile, issued
+// by a dQ writer warp (kBulk, the default), fp32 atomics from every consumer thread (kAtomic, part
+// 1's way), or the bulk reduce-adds in key-block order behind a semaphore per query tile and
+// warpgroup (kOrdered: deterministic).
 enum DqMode { kAtomic, kBulk, kOrdered };
+// Named barriers on dS^T: both consumer warpgroups (dQ split by columns), or each its own (by keys).
+enum NamedBarrier { kBarDs = 1, kBarDsWg = 2 };
 
 // This file's TODOs you have not written yet: delete an entry when its code is written.
 const fa::TodoList kTodosLeft = {
-    "TODO(2) in kernel.cu: from the second round on, stage s held tile it - kStages: wait for the",
+    "TODO(2) in kernel.cu: from the second round on, stage s held tile it - S::stages: wait for the",
     "TODO(3) in kernel.cu: S^T: D / 16 k16 steps of wgmma_ss<T, kRows> into st, A = this warpgroup's K rows",
     "TODO(4) in kernel.cu: st[i] = P^T: exp2(S^T sl2 - LSE2 of its query row), or 0 where `masked` and the key",
     "TODO(5) in kernel.cu: dV += P^T dO: kRows / 16 steps of wgmma_rs<T, D>, A = pa[kk], B = dO read N-major",
-    "TODO(6) in kernel.cu: dK += dS^T Q the same way (A = da[kk], B = Q read N-major); one commit for both.",
-    "TODO(7) in kernel.cu: dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read",
+    "TODO(6) in kernel.cu: dQ's share: by columns, kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS",
+    "TODO(7) in kernel.cu: dK += dS^T Q as dV (A = da[kk], B = Q read N-major); commit.",
     "TODO(8) in kernel.cu: dK takes the softmax scale here, once (dQ takes it in the postprocess).",
 };
 
@@ -105,8 +110,10 @@ template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
-                    const float* delta, float* dq_accum, int* sem, int padded) {
+                    const float* delta, float* dq_accum, int* sem, int padded, int stress) {
   using S = lesson14::Smem<D>;
+  constexpr bool kByKeys = lesson14::DqSplit<D>::by_keys;  // dQ split between the warpgroups by keys (d 64)
+  constexpr int kDqCols = lesson14::DqSplit<D>::cols;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = fa::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -114,8 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ds_addr = base + S::ds;
   const float* lse_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::lse);
   const float* delta_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::delta);
-  // Barriers, 8 bytes each: K/V loaded, then each stage's full and empty.
-  const uint32_t kv_full = base + S::bars, full = kv_full + 8, empty = full + 8 * kStages;
+  // Barriers, 8 bytes each: K/V loaded, then each stage's full and empty, then the dQ staging's:
+  // dq_full + 8 (2 (c - 1) + buf) for consumer warpgroup c's buffer buf, and dq_empty the same.
+  const uint32_t kv_full = base + S::bars, full = kv_full + 8, empty = full + 8 * S::stages;
+  const uint32_t dq_full = empty + 8 * S::stages, dq_empty = dq_full + 8 * 4;
 
   const int64_t work = blockIdx.x;
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
@@ -134,18 +143,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     fa::mbar_init(kv_full, 1);
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < S::stages; ++s) {
       fa::mbar_init(full + 8 * s, 1);   // the producer's arrive, with the bytes it expects
       fa::mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once done with the stage
+    }
+    for (int i = 0; i < 4; ++i) {
+      fa::mbar_init(dq_full + 8 * i, 128);  // every consumer thread, after its stores and proxy fence
+      fa::mbar_init(dq_empty + 8 * i, 1);   // the dQ writer, once its bulk reduce has read the buffer
     }
     fa::fence_mbar_init();
   }
   __syncthreads();
 
   if (wg == 0) {
-    // ---- Producer: one thread issues every copy; the other warps give their registers away.
-    fa::set_max_registers_dec<24>();
-    if (tid == 0) {
+    // ---- Producer warpgroup: warp 0's first thread issues every copy; in the bulk and ordered dQ
+    // modes warps 1 and 2 add the consumers' dQ shares (warp w for consumer warpgroup w). All four
+    // warps give their registers away to the consumers.
+    fa::set_max_registers_dec<40>();
+    const int warp = tid / 32;
+    if (warp == 0 && tid == 0) {
       fa::tile_count_begin(p, work, k0, kKeys, kRows + fa::kKeysOwned);
       fa::mbar_expect_tx(kv_full, 2 * S::kv_bytes);
       for (int c = 0; c < D / 64; ++c) {
@@ -153,9 +169,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         fa::tma_load(v_addr + c * kKeys * 128, &tv, kv_full, 64 * c, k0, bk);
       }
       for (int it = 0; it < n_iter; ++it) {
-        const int s = it % kStages;
-        // TODO(2): from the second round on, stage s held tile it - kStages: wait for the
-        //   consumers' release of it (empty[s], the phase of round it / kStages - 1).
+        const int s = it % S::stages;
+        // TODO(2): from the second round on, stage s held tile it - S::stages: wait for the
+        //   consumers' release of it (empty[s], the phase of round it / S::stages - 1).
         fa::tile_count_visit(p, work);
         const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
         const int bh = b * p.heads_q + h;
@@ -169,85 +185,110 @@ __global__ void __launch_bounds__(kThreads, 1)
         fa::bulk_load(base + S::lse + s * S::stat_bytes, lse2 + stat, S::stat_bytes, bar);
         fa::bulk_load(base + S::delta + s * S::stat_bytes, delta + stat, S::stat_bytes, bar);
       }
+    } else if (kMode != kAtomic && (warp == 1 || warp == 2)) {
+      // ---- dQ writer of consumer warpgroup `warp`: per tile, wait until the share is staged
+      // (dq_full of its buffer, tile it in buffer it & 1), add it to the accumulator with one bulk
+      // reduce-add, and free the buffer (dq_empty) once the reduce has read it. The consumers only
+      // store and go on: with two buffers, they wait only if the reduce of two tiles ago is unread.
+      for (int it = 0; it < n_iter; ++it) {
+        const int h = hk * group + it / per_head, qt = first + it % per_head;
+        const int64_t tile = (int64_t(b) * p.heads_q + h) * n_qt + qt;  // (batch, head, query tile)
+        float* acc = dq_accum + lesson14::dq_share_start<D>(tile, warp);
+        const int buf = 2 * (warp - 1) + (it & 1);
+        const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
+        fa::mbar_wait(dq_full + 8 * buf, (it / 2) & 1);
+        if (tid % 32 == 0) {
+          int* my_sem = sem + tile * 2 + (kByKeys ? 0 : warp - 1);
+          if constexpr (kMode == kOrdered) {
+            // Deterministic: key blocks add into tile qt from the highest that sees it down, so
+            // block kt's turn comes after last - kt adds (section 5). The acquire pairs with the
+            // previous adder's release; the proxy fence orders it before the bulk add (the async
+            // proxy). Only this warp spins: the consumers go on with the next tiles meanwhile.
+            // Split by keys, both warpgroups add into the whole tile: warpgroup 1's turn, then 2's.
+            const int last = lesson14::last_key_block(qt, n_kt, offset, p.causal);
+            const int turn = kByKeys ? 2 * (last - kt) + (warp - 1) : last - kt;
+            while (fa::load_acquire(my_sem) != turn) {
+            }
+            fa::fence_proxy_async_global();
+          }
+          // The tests' stress mode (FA_LESSON14_STRESS=1): hold each share up to about 8 us before
+          // adding it, so that consumers running ahead find their buffer still unread.
+          if (stress) __nanosleep(uint32_t(tile * 2654435761u) >> 19);
+          fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
+          fa::bulk_commit();
+          if constexpr (kMode == kOrdered) {
+            fa::bulk_wait<0>();              // the adds are done ...
+            fa::fence_proxy_async_global();  // ... ordered before this thread's generic accesses ...
+            fa::add_release(my_sem, 1);      // ... and visible before the next block may start its own
+          } else {
+            fa::bulk_wait_read<0>();  // the staging buffer has been read: it may be written again
+          }
+          fa::mbar_arrive(dq_empty + 8 * buf);
+        }
+        __syncwarp();
+      }
+      if (tid % 32 == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
     }
     return;
   }
 
   // ---- Consumers: warpgroup 1 owns keys k0 .. k0 + 63, warpgroup 2 keys k0 + 64 .. k0 + 127.
-  fa::set_max_registers_inc<240>();
+  fa::set_max_registers_inc<232>();
   const int kw = 64 * (wg - 1);
   const int lane = tid % 32;
   const float sl2 = p.scale * fa::kLog2e;
   float dv[D / 2], dk[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
-  // This warpgroup's 64 rows of K and V (in every column block), and its half of dQ's columns:
-  // n0 .. n0 + D / 2 - 1, which are K's columns in dQ = dS K.
+  // This warpgroup's 64 rows of K and V (in every column block), and (split by columns, d 128) its
+  // half of dQ's columns: n0 .. n0 + D / 2 - 1, which are K's columns in dQ = dS K.
   const uint32_t k_rows = k_addr + kw * 128, v_rows = v_addr + kw * 128;
-  const int n0 = (wg - 1) * (D / 2);
+  const int n0 = kByKeys ? 0 : (wg - 1) * (D / 2);
   const uint32_t k_cols = k_addr + (n0 / 64) * kKeys * 128 + (n0 % 64) * 2;
-  // The warpgroup's own barrier (deterministic dQ), ids 2 and 3: compile-time ids, so that ptxas
-  // reserves only the barriers used.
-  auto wg_sync = [&] {
-    if (wg == 1) fa::named_sync(2, 128);
-    else fa::named_sync(3, 128);
-  };
-  // dQ's share of tile `tile` (its (batch, head, query tile) index) into the fp32 accumulator.
-  // The accumulator keeps each share in the order the threads hold it (fragment-major): per tile,
-  // warpgroup 1's share then warpgroup 2's, each D / 16 chunks of 128 threads x 4 floats (thread
-  // tid's floats 4 c .. 4 c + 3 at chunk c); the postprocess reads it back in that order.
-  // (Deferring it to run under the next tile's S^T and dP^T measured slower at d = 64 and spills
-  // at d = 128: README, "What did not help".)
-  float dq[D / 4];
-  auto add_dq = [&](int64_t tile, int turn) {
-    float* acc = dq_accum + (tile * 2 + (wg - 1)) * (kRows * D / 2);
+  // dQ's share of tile `tile` (its (batch, head, query tile) index), out of the registers. The
+  // accumulator keeps each share in the order the threads hold it (fragment-major): kDqCols / 8
+  // chunks of 128 threads x 4 floats (thread tid's floats 4 c .. 4 c + 3 at chunk c), where
+  // dq_share_start says (plan.hpp); the postprocess reads it back in that order.
+  float dq[kDqCols / 2];
+  auto add_dq = [&](int64_t tile, int it) {
     if constexpr (kMode == kAtomic) {
       // 16-byte atomics, a warp's 32 of them on 512 contiguous bytes.
+      float* acc = dq_accum + lesson14::dq_share_start<D>(tile, wg);
 #pragma unroll
-      for (int c = 0; c < D / 16; ++c)
+      for (int c = 0; c < kDqCols / 8; ++c)
         atomicAdd(reinterpret_cast<float4*>(acc) + c * 128 + tid, make_float4(dq[4 * c], dq[4 * c + 1], dq[4 * c + 2], dq[4 * c + 3]));
     } else {
-      // Through shared memory: the share, in the same order (16-byte stores, consecutive threads on
-      // consecutive addresses: no bank conflict), then one bulk reduce-add by one thread. The
-      // buffer is free once the previous tile's reduce has read it.
-      const uint32_t dq_s = base + S::dq + (wg - 1) * S::dq_bytes;
-      if (tid == 0) fa::bulk_wait_read<0>();
-      wg_sync();
+      // Staged for this warpgroup's dQ writer, in the same order (16-byte stores, consecutive
+      // threads on consecutive addresses: no bank conflict), in buffer it & 1 once the writer's
+      // reduce has read the share of tile it - 2 from it (dq_empty); then dq_full hands it over.
+      const int buf = 2 * (wg - 1) + (it & 1);
+      const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
+      if (it >= 2) fa::mbar_wait(dq_empty + 8 * buf, (it / 2 - 1) & 1);
 #pragma unroll
-      for (int c = 0; c < D / 16; ++c)
+      for (int c = 0; c < kDqCols / 8; ++c)
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_s + 16 * (c * 128 + tid)), "f"(dq[4 * c]), "f"(dq[4 * c + 1]),
                      "f"(dq[4 * c + 2]), "f"(dq[4 * c + 3])
                      : "memory");
-      fa::fence_proxy_async();  // the writes above, before the bulk copy (the async proxy) reads them
-      wg_sync();
-      if (tid == 0) {
-        int* my_sem = sem + tile * 2 + (wg - 1);
-        if constexpr (kMode == kOrdered) {
-          // This block's turn: how many blocks add into this tile before it (the loop below). The
-          // acquire pairs with the previous adder's release; the proxy fence orders it before the
-          // bulk add (the async proxy). (A watchdog that traps here made ptxas spill heavily at
-          // d = 128; the lesson's GPU test runs more key blocks than fit on the GPU instead.)
-          while (fa::load_acquire(my_sem) != turn) {
-          }
-          fa::fence_proxy_async_global();
-        }
-        fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
-        fa::bulk_commit();
-        if constexpr (kMode == kOrdered) {
-          fa::bulk_wait<0>();              // the adds are done ...
-          fa::fence_proxy_async_global();  // ... ordered before this thread's generic accesses ...
-          fa::add_release(my_sem, 1);      // ... and visible before the next block may start its own
-        }
-      }
+      fa::fence_proxy_async();  // the writes above, before the bulk reduce (the async proxy) reads them
+      fa::mbar_arrive(dq_full + 8 * buf);
     }
   };
   fa::mbar_wait(kv_full, 0);
 
   for (int it = 0; it < n_iter; ++it) {
-    const int s = it % kStages;
+    const int s = it % S::stages;
     const int h = hk * group + it / per_head, qt = first + it % per_head, q0 = qt * kRows;
     const uint32_t q_s = q_addr + s * S::q_bytes, do_s = do_addr + s * S::q_bytes, ds_s = ds_addr + (it & 1) * S::ds_bytes;
-    fa::mbar_wait(full + 8 * s, (it / kStages) & 1);
+    fa::mbar_wait(full + 8 * s, (it / S::stages) & 1);
+
+    // This tile's LSE2 for the thread's query rows, into registers before the products are issued:
+    // a thread's floats 4 j .. 4 j + 3 sit in query rows (columns of S^T) 8 j + 2 t and 8 j + 2 t + 1,
+    // so 8 pairs, one 8-byte load each. Loaded later, inside the exponential loop, each load would
+    // queue behind dP^T's operand reads, which take the whole shared-memory bandwidth.
+    const float2* lse_pairs = reinterpret_cast<const float2*>(lse_s + s * kRows) + tid % 4;
+    float2 lse[kRows / 8];
+#pragma unroll
+    for (int j = 0; j < kRows / 8; ++j) lse[j] = lse_pairs[4 * j];
 
     // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 rows each, fp32.
     float st[kRows / 2], dpt[kRows / 2];
@@ -262,11 +303,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // is zero-filled, and exp2(0 - LSE2) is not 0).
     const bool masked = k0 + kKeys > p.seqlen_k || (p.causal && q0 + offset < k0 + kKeys - 1);
     // TODO(4): st[i] = P^T: exp2(S^T sl2 - LSE2 of its query row), or 0 where `masked` and the key
-    //   is past seqlen_k or (causal) after row + offset (acc_element: row = key, col = query row;
-    //   this stage's LSE2 and D rows are lse_s and delta_s + s * kRows); then, once dP^T is done,
-    //   dpt[i] = dS^T = P^T (dP^T - D of its query row).
+    //   is past seqlen_k or (causal) after row + offset (acc_element: row = key, col = query row; the
+    //   row's LSE2 is lse[i / 4].x for even i, .y for odd); then, once dP^T is done, dpt[i] = dS^T =
+    //   P^T (dP^T - D of its query row) (this stage's D rows: delta_s + s * kRows, in pairs as LSE2).
     fa::wgmma_wait<0>();
     (void)masked;
+    (void)lse;
 
     // dV += P^T dO and dK += dS^T Q, P^T and dS^T from registers: the accumulator's floats
     // 8 kk .. 8 kk + 7 are the A operand of k16 step kk (lesson 13's a_element).
@@ -280,13 +322,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     fa::wgmma_fence();
     // TODO(5): dV += P^T dO: kRows / 16 steps of wgmma_rs<T, D>, A = pa[kk], B = dO read N-major
-    //   (the head dimension is dV's N).
+    //   (the head dimension is dV's N); commit.
 
     // dS^T into shared memory as it is (keys x rows, a row's 64 values in one 128-byte row): read
     // back transposed, it is dQ's A operand. Stored before the dK GEMM is issued: registers an
     // in-flight wgmma reads as its A operand must not even be read until it completes. Two
-    // buffers: a warpgroup writes buffer it & 1 only after both passed the barrier of iteration
-    // it - 1, so after both finished reading it (iteration it - 2).
+    // buffers: a warpgroup writes buffer it & 1 only after the readers of its rows passed the
+    // barrier of iteration it - 1, so after they finished reading it (iteration it - 2).
 #pragma unroll
     for (int i = 0; i < kRows / 2; i += 2) {
       const RowCol rc = acc_element(tid, i);
@@ -294,29 +336,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(da[i / 8][(i % 8) / 2]) : "memory");
     }
     fa::fence_proxy_async();  // the writes above, before wgmma (the async proxy) reads them
+    if constexpr (kByKeys) {  // this warpgroup's rows of dS^T are in (its own barrier: compile-time ids)
+      if (wg == 1) fa::named_sync(kBarDsWg, 128);
+      else fa::named_sync(kBarDsWg + 1, 128);
+    } else {
+      fa::named_sync(kBarDs, 256);  // both warpgroups' dS^T are in (dV runs meanwhile)
+    }
 
-    // TODO(6): dK += dS^T Q the same way (A = da[kk], B = Q read N-major); one commit for both.
-    fa::named_sync(1, 256);  // both warpgroups' dS^T are in (the dV and dK GEMMs run meanwhile)
-
-    // dQ (64 rows x this warpgroup's D / 2 columns) = dS (rows x 128 keys) K (128 keys x columns).
+    // dQ's share = dS K, issued before dK, so that it leaves the registers while dK is on the tensor
+    // cores. By columns (d 128): 64 rows x this warpgroup's D / 2 columns, over all 128 keys. By
+    // keys (d 64): 64 rows x all D columns, over this warpgroup's 64 keys.
     fa::wgmma_fence();
-    // TODO(7): dQ's share: kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS read
-    //   transposed from the dS^T tile (M-major: mnmajor_desc over its kKeys rows), B = K's columns
-    //   n0 .. n0 + D / 2 - 1 (N-major, from k_cols); commit.
-    for (int i = 0; i < D / 4; ++i) dq[i] = 0.f;
-    fa::wgmma_wait<0>();  // dV, dK and dQ done: Q, dO and this stage's LSE2 and D are free
-    if (lane == 0) fa::mbar_arrive(empty + 8 * s);
+    // TODO(6): dQ's share: by columns, kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS
+    //   read transposed from the dS^T tile (M-major: mnmajor_desc over its kKeys rows), B = K's
+    //   columns n0 .. n0 + D / 2 - 1 (N-major, from k_cols); by keys, the 4 steps of this
+    //   warpgroup's keys (kw / 16 + kk) with N = D; commit.
+    for (int i = 0; i < kDqCols / 2; ++i) dq[i] = 0.f;
 
-    // Deterministic mode: key blocks add from the highest that sees query tile qt down. Those that
-    // see it are blocks 0 .. last (the first query tile grows with the block), so block kt's turn
-    // comes after last - kt adds. Causal, a block's first tiles are seen by no block above it, so
-    // no block waits at its start (from block 0 up, block kt would wait for block 0 to reach its
-    // first tile, and the blocks would run in a diagonal wave).
-    int turn = 0;
-    if constexpr (kMode == kOrdered) turn = lesson14::last_key_block(qt, n_kt, offset, p.causal) - kt;
-    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt, turn);
+    // TODO(7): dK += dS^T Q as dV (A = da[kk], B = Q read N-major); commit.
+    fa::wgmma_wait<1>();  // dV and dQ are done; dK may still run
+    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt, it);
+    fa::wgmma_wait<0>();  // dK is done: Q, dO and this stage's LSE2 and D are free
+    if (lane == 0) fa::mbar_arrive(empty + 8 * s);
   }
-  if (kMode != kAtomic && tid == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
 
   // dK = scale * dK and dV, rows < seqlen_k, through their strides.
   T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
@@ -345,9 +387,9 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
   const int b = bh / p.heads_q, h = bh % p.heads_q;
   // The accumulator's layout (plan.hpp, dq_share_offset): per tile and warpgroup (half of the
   // columns), in the threads' order. This thread's 8 columns are one chunk: 4 threads, 2 floats each.
-  const int half = (8 * c) / (D / 2);
-  const float* src = dq_accum + ((int64_t(bh) * (padded / kRows) + i / kRows) * 2 + half) * (kRows * D / 2) +
-                     lesson14::dq_share_offset(i % kRows, (8 * c) % (D / 2));
+  constexpr int cols = lesson14::DqSplit<D>::cols;  // a share's columns: D / 2, or D split by keys
+  const float* src = dq_accum + lesson14::dq_share_start<D>(int64_t(bh) * (padded / kRows) + i / kRows, 1 + (8 * c) / cols) +
+                     lesson14::dq_share_offset(i % kRows, (8 * c) % cols);
   float x[8];
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
@@ -366,7 +408,7 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
 
 // ---- Host ----------------------------------------------------------------------------------------
 template <class T, int D, int kMode>
-void launch(const fa::AttnParams& p, cudaStream_t stream) {
+void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
   constexpr int smem = lesson14::Smem<D>::total;
   static_assert(smem <= lesson14::kMaxSmem, "over Hopper's 227 KB of shared memory per block");
   const int padded = padded_rows(p.seqlen_q);
@@ -395,7 +437,7 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
     configured = true;
   }
   const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded);
+  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, stress);
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
@@ -403,7 +445,7 @@ void launch(const fa::AttnParams& p, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-void run(const fa::AttnParams& p, int mode, cudaStream_t stream) {
+void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
@@ -417,8 +459,8 @@ void run(const fa::AttnParams& p, int mode, cudaStream_t stream) {
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
   auto go = [&](auto mode_tag) {
     constexpr int kMode = decltype(mode_tag)::value;
-    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode>(p, stream)));
-    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode>(p, stream)));
+    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode>(p, stress, stream)));
+    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode>(p, stress, stream)));
   };
   if (mode == kAtomic) go(std::integral_constant<int, kAtomic>{});
   else if (mode == kBulk) go(std::integral_constant<int, kBulk>{});
@@ -426,15 +468,18 @@ void run(const fa::AttnParams& p, int mode, cudaStream_t stream) {
 }
 
 void backward(const fa::AttnParams& p, cudaStream_t stream) {
-  // FA_LESSON14_DQ=bulk times the bulk reduce-add instead of the atomics (README, "dQ").
-  int mode = kAtomic;
+  // FA_LESSON14_DQ=atomic times part 1's atomics from the consumers instead of the dQ writers'
+  // bulk reduce-adds (README, "dQ").
+  int mode = kBulk;
   if (const char* e = std::getenv("FA_LESSON14_DQ")) {
     const std::string v = e;
     if (v != "atomic" && v != "bulk")
       throw fa::InvalidArgument("lesson 14_hopper_backward: FA_LESSON14_DQ must be atomic or bulk, not '" + v + "'");
     mode = v == "bulk" ? kBulk : kAtomic;
   }
-  run(p, p.deterministic ? kOrdered : mode, stream);
+  // FA_LESSON14_STRESS=1 (tests/lesson14_gpu_test.cpp): the dQ writers wait a while before each add.
+  const char* st = std::getenv("FA_LESSON14_STRESS");
+  run(p, p.deterministic ? kOrdered : mode, st && std::string(st) == "1", stream);
 }
 
 }  // namespace

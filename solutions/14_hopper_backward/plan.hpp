@@ -15,7 +15,6 @@ inline const fa::TodoList kPlanTodosLeft = {
 
 constexpr int kRows = 64;    // query rows per tile of the ring
 constexpr int kKeys = 128;   // keys per block: 64 per consumer warpgroup
-constexpr int kStages = 2;   // query tiles in flight (3 measured no faster: README)
 
 // The first query tile (of kRows rows) holding a row that sees key k0: row i sees key j iff
 // j <= i + offset (offset = seqlen_k - seqlen_q). Without the causal mask, tile 0.
@@ -38,8 +37,27 @@ __host__ __device__ constexpr int last_key_block(int qt, int n_kt, int offset, b
   return k < n_kt - 1 ? k : n_kt - 1;
 }
 
+// How a tile's dQ = dS K is split between the two consumer warpgroups. At head dim 128 by columns:
+// warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over all 128 keys, so it reads the other
+// warpgroup's half of dS^T and both meet at a barrier every tile. At head dim 64 by keys: warpgroup
+// c multiplies only its own 64 keys into all D columns, a partial sum added into the same
+// accumulator as the other's, so the warpgroups never wait for each other and drift apart (one's
+// exponentials under the other's products). That takes 2 x 16 KB of adds a tile instead of 2 x 8 KB
+// and D / 2 floats a thread for dQ, which fit at 64 and not at 128 (README, "How it got here").
+template <int D>
+struct DqSplit {
+  static constexpr bool by_keys = D == 64;
+  static constexpr int cols = by_keys ? D : D / 2;  // a warpgroup's dQ columns
+};
+// Where consumer warpgroup c's share of (batch, head, query tile) `tile` starts in the accumulator:
+// by columns, the tile's two halves one after the other; by keys, both add into the whole tile.
+template <int D>
+__host__ __device__ constexpr long long dq_share_start(long long tile, int c) {
+  return DqSplit<D>::by_keys ? tile * kRows * D : (tile * 2 + (c - 1)) * (kRows * D / 2);
+}
+
 // dQ's fp32 accumulator keeps each consumer warpgroup's share of a query tile (kRows rows x
-// `cols` = D / 2 columns) in the order the threads hold it: cols / 8 chunks of 128 threads x 4
+// `cols` = DqSplit<D>::cols columns) in the order the threads hold it: cols / 8 chunks of 128 threads x 4
 // floats, thread tid's accumulator floats 4 c .. 4 c + 3 in chunk c. So the kernel adds 16 bytes
 // per thread and instruction, a warp's 512 bytes contiguous. The offset of element (r, col) of a
 // share: lesson 13's acc_element inverted (float i = 4 (col / 8) + 2 ((r % 16) / 8) + col % 2 of
@@ -51,17 +69,22 @@ __host__ __device__ constexpr int dq_share_offset(int r, int col) {
 
 // Shared memory: K and V (kKeys x D each, as D / 64 column blocks of 128-byte rows, 128-byte
 // swizzled by TMA), the ring's Q and dO tiles (kRows x D), dS^T twice (kKeys x kRows: one column
-// block), the two warpgroups' dQ shares (bulk reduce-add), the ring's LSE2 and D rows, then the
-// barriers. Every tile starts on a 1024-byte boundary.
+// block), the two warpgroups' dQ shares, twice (the bulk reduce-add's staging), the ring's LSE2 and
+// D rows, then the barriers. Every tile starts on a 1024-byte boundary.
 template <int D>
 struct Smem {
+  // Query tiles in flight (3 at head dim 128 and 4 at 64 measured no faster: README).
+  static constexpr int stages = 2;
   static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
-  static constexpr int dq_bytes = kRows * (D / 2) * 4;  // a warpgroup's fp32 share of a dQ tile
+  static constexpr int dq_bytes = kRows * DqSplit<D>::cols * 4;  // a warpgroup's fp32 share of a dQ tile
   static constexpr int stat_bytes = kRows * 4;
-  static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + kStages * q_bytes, ds = dout + kStages * q_bytes;
-  static constexpr int dq = ds + 2 * ds_bytes;
-  static constexpr int lse = dq + 2 * dq_bytes, delta = lse + kStages * stat_bytes, bars = delta + kStages * stat_bytes;
-  static constexpr int total = bars + 8 * (1 + 2 * kStages) + 1024;  // + slack to align the base
+  static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + stages * q_bytes, ds = dout + stages * q_bytes;
+  static constexpr int dq = ds + 2 * ds_bytes;  // 2 warpgroups x 2 buffers
+  static constexpr int lse = dq + 4 * dq_bytes, delta = lse + stages * stat_bytes, bars = delta + stages * stat_bytes;
+  // Barriers: K/V loaded, the ring's full and empty per stage, and per consumer warpgroup and dQ
+  // staging buffer a full and an empty.
+  static constexpr int n_bars = 1 + 2 * stages + 2 * 2 * 2;
+  static constexpr int total = bars + 8 * n_bars + 1024;  // + slack to align the base
 };
 constexpr int kMaxSmem = 227 * 1024;  // a block's shared memory on Hopper
 
