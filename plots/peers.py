@@ -59,6 +59,8 @@ def parse():
                     "with at least 3 timed runs (default 20)")
     ap.add_argument("--rope", choices=["eager", "compiled"], help="rotate Q and K with RoPE before attention")
     ap.add_argument("--bwd", action="store_true", help="time the backward (2.5x the forward's FLOPs)")
+    ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (fa-bench's --gqa; default 1): "
+                    "K and V get heads / G heads, SDPA's enable_gqa shares them; the lesson column gets _gqaG")
     a = ap.parse_args()
     for b in a.backends:
         if b not in LESSON:
@@ -84,6 +86,8 @@ def attention(backend, q, k, v, causal, scale, qk=None):
     """The call to time, as a function of nothing. qk, if given, is called inside it for the (q, k)
     to attend with (RoPE's rotation, timed with the attention)."""
     qk = qk or (lambda: (q, k))
+    if backend == "naive" and args.gqa > 1:
+        raise RuntimeError("the naive backend takes no --gqa")
     if backend == "naive":
         # Lesson 01 in PyTorch: S and P written to and read back from HBM. S is kept in fp32, as
         # there: rounded to 16 bits it moves P by more than the course tolerance allows (a few rows
@@ -107,7 +111,8 @@ def attention(backend, q, k, v, causal, scale, qk=None):
         raise RuntimeError(f"this PyTorch ({torch.__version__}) has no SDPBackend.{which}")
     # The context pins the backend (no silent fallback to another one); entered once, outside the
     # timed region. seqlen_q == seqlen_k, so is_causal's top-left mask is also the bottom-right one.
-    return (lambda: F.scaled_dot_product_attention(*qk(), v, is_causal=bool(causal), scale=scale)), \
+    gqa = dict(enable_gqa=True) if args.gqa > 1 else {}  # K/V heads shared by groups of query heads
+    return (lambda: F.scaled_dot_product_attention(*qk(), v, is_causal=bool(causal), scale=scale, **gqa)), \
         sdpa_kernel(getattr(SDPBackend, which))
 
 
@@ -133,7 +138,8 @@ def check_head(o, q, k, v, b, h, causal, scale, dtype):
     """(max abs error, "" or what is wrong) for sampled rows of head (b, h), against fp64 on the CPU."""
     n = q.shape[-2]
     rows = sorted({0, 1, n // 2, n - 1} | set(random.Random(n).sample(range(n), min(n, 12))))
-    qh, kh, vh = (x[b, h].double().cpu() for x in (q, k, v))
+    qh = q[b, h].double().cpu()
+    kh, vh = (x[b, h // args.gqa].double().cpu() for x in (k, v))  # the query head's K/V head
     if args.rope:  # rotated in fp64 and rounded to the dtype, as the course's reference does
         cos, sin = (t.double() for t in rope_tables(n, q.shape[-1], "cpu"))
         qh, kh = (rotate(x, cos, sin).to(DTYPE[dtype]).double() for x in (qh, kh))
@@ -161,17 +167,26 @@ UNIT = {"fp16": 2.0**-11, "bf16": 2.0**-8}  # u, as runtime/compare.cpp's gradie
 
 
 def check_gradients(grads, q, k, v, dout, causal, scale, dtype):
-    """(max abs error, "" or what is wrong) for dQ, dK, dV of head (0, 0) against fp64 autograd."""
-    q64, k64, v64 = (x[0, 0].double().requires_grad_() for x in (q, k, v))
-    s = q64 @ k64.T * scale
-    if causal:
-        n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
-    o = torch.softmax(s, dim=-1) @ v64
-    want = torch.autograd.grad(o, (q64, k64, v64), dout[0, 0].double())
+    """(max abs error, "" or what is wrong) for dQ, dK, dV of head (0, 0) against fp64 autograd. With
+    --gqa G, K/V head 0's gradients sum over query heads 0 .. G - 1, and those heads' dQ are checked."""
+    k64, v64 = (x[0, 0].double().requires_grad_() for x in (k, v))
+    dq, dk, dv = [], 0, 0
+    for j in range(args.gqa):  # one query head at a time: S of 16k x 16k in fp64 is 2 GB
+        q64 = q[0, j].double().requires_grad_()
+        s = q64 @ k64.T * scale
+        if causal:
+            n = q.shape[-2]
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+        o = torch.softmax(s, dim=-1) @ v64
+        gq, gk, gv = torch.autograd.grad(o, (q64, k64, v64), dout[0, j].double())
+        dq.append(gq)
+        dk, dv = dk + gk, dv + gv
+        del s, o
+    want = (torch.stack(dq), dk, dv)
+    got = (grads[0][0, :args.gqa], grads[1][0, 0], grads[2][0, 0])
     u, worst, bad = UNIT[dtype], 0.0, []
-    for name, g, w in zip(("dQ", "dK", "dV"), grads, want):
-        err = (g[0, 0].double() - w).abs()
+    for name, g, w in zip(("dQ", "dK", "dV"), got, want):
+        err = (g.double() - w).abs()
         allowed = 4 * u * w.abs().max() + 2 * u * w.abs()
         worst = max(worst, err.max().item())
         nbad = int((~(err <= allowed)).sum())
@@ -197,7 +212,8 @@ def time_ms(fn, flush):
 
 
 def run_case(backend, dtype, d, causal, n, flush):
-    lesson = LESSON[backend] + (f"_rope_{args.rope}" if args.rope else "") + ("_bwd" if args.bwd else "")
+    lesson = LESSON[backend] + (f"_rope_{args.rope}" if args.rope else "") + (f"_gqa{args.gqa}" if args.gqa > 1 else "") + \
+        ("_bwd" if args.bwd else "")
     row = dict(lesson=lesson, dtype=dtype, head_dim=d, causal=causal, batch=max(1, args.tokens // n),
                heads=args.width // d, seqlen=n, ms=None, tflops=None, max_abs_err=None, status="ok")
     caught = []
@@ -205,7 +221,10 @@ def run_case(backend, dtype, d, causal, n, flush):
         # The same inputs for every backend at a shape: the peers are compared on the same numbers.
         g = torch.Generator(device="cuda").manual_seed(n * 1000 + d)
         shape = (row["batch"], row["heads"], n, d)
-        q, k, v = (torch.randn(shape, generator=g, device="cuda", dtype=DTYPE[dtype]) for _ in range(3))
+        if row["heads"] % args.gqa:
+            raise ValueError(f"--gqa {args.gqa} does not divide the {row['heads']} heads")
+        kv_shape = (row["batch"], row["heads"] // args.gqa, n, d)
+        q, k, v = (torch.randn(sh, generator=g, device="cuda", dtype=DTYPE[dtype]) for sh in (shape, kv_shape, kv_shape))
         scale = 1.0 / math.sqrt(d)
         qk = None
         if args.rope:  # the timed call rotates Q and K first, then attends to the rotated ones
