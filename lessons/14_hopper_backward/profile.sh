@@ -2,17 +2,17 @@
 # Lesson 14's profiling exercise: where the Hopper backward's time goes, per kernel, for both ways
 # of adding dQ's shares (N = 16384 unless FA_PROFILE_SEQLEN says otherwise: 16 heads x head_dim 128
 # and 32 x 64, fp16, non-causal):
+#   FA_LESSON14_DQ=bulk:   the default: the consumers stage each share in shared memory, and a dQ
+#                          writer warp adds it with one TMA bulk reduce-add (cp.reduce.async.bulk);
 #   FA_LESSON14_DQ=atomic: 16-byte fp32 atomics (atomicAdd on float4) from every consumer thread,
-#                          each warp's on 512 contiguous bytes of the accumulator (the default);
-#   FA_LESSON14_DQ=bulk:   one TMA bulk reduce-add (cp.reduce.async.bulk) per warpgroup and query
-#                          tile, staged through shared memory (16-byte stores, conflict-free).
+#                          each warp's on 512 contiguous bytes of the accumulator (part 1's way).
 # Each run has three kernels: preprocess_kernel (D, LSE2, the accumulator zeroed), backward_kernel
 # (dK, dV and dQ's shares) and postprocess_kernel (dQ gathered from the threads' order, scaled and
 # rounded). Per kernel: time; the tensor pipe's busy fraction (wgmma's HGMMA is counted by the
 # hmma/hgmma/qgmma counter, the one lesson 13 measured) and its wgmma instructions; the exponential
-# unit's (XU) share; shared-memory bank conflicts on loads and stores; the L2's reduction sectors
-# (what the atomics and the bulk reduce-adds write); and the stall reasons (as % of active warp
-# cycles) of the README's profile of the first version, plus gmma and mio_throttle. Predict first
+# unit's (XU) share; the shared-memory pipe's load and bank conflicts on loads and stores; the L2's
+# reduction sectors (what the atomics and the bulk reduce-adds write); and the stall reasons (as %
+# of active warp cycles) of the README's profiles, plus gmma and mio_throttle. Predict first
 # (README, "How to profile").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +24,7 @@ export FA_BUILD=${FA_BUILD:-$root/build/student}
 stall=smsp__warp_issue_stalled
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active
 metrics=$metrics,sm__inst_executed_pipe_tensor_op_gmma.sum,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+metrics=$metrics,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 metrics=$metrics,lts__t_sectors_op_red.sum
 metrics=$metrics,${stall}_long_scoreboard_per_warp_active.pct,${stall}_wait_per_warp_active.pct
@@ -34,8 +35,8 @@ metrics=$metrics,${stall}_mio_throttle_per_warp_active.pct
 n=${FA_PROFILE_SEQLEN:-16384}
 echo "fa-bench --bwd takes O and the LSE from lesson 08's forward in $FA_BUILD: if your lesson 08 is"
 echo "not done, run FA_BUILD=$root/build/solutions $0 (the course's lessons)."
-for dq in atomic bulk; do
-  if [ "$dq" = atomic ]; then how="16-byte fp32 atomics"; else how="bulk reduce-add"; fi
+for dq in bulk atomic; do
+  if [ "$dq" = atomic ]; then how="16-byte fp32 atomics from the consumers"; else how="the writer warps' bulk reduce-adds"; fi
   echo "== dQ by $how (FA_LESSON14_DQ=$dq), N = $n, head_dim 128 then 64 (non-causal, fp16)"
   FA_LESSON14_DQ=$dq "$root/tools/ncu-profile.sh" lesson14_dq_${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
     --bwd --lessons 14 --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
@@ -43,9 +44,8 @@ done
 echo "Read it: the three kernels' times add up to the backward's; backward_kernel is nearly all of it."
 echo "The tensor pipe's busy fraction is the share of the wgmma ceiling the kernel reaches; the rest"
 echo "is in the stalls: long scoreboard (waits on memory and the ring's mbarriers), wait (fixed-latency"
-echo "dependencies), short scoreboard (shared memory and the exponentials), lg_throttle (the queue of"
-echo "global-memory instructions: the atomics), barrier (the consumers meeting on dS^T, and the bulk"
-echo "mode's warpgroup barriers), gmma (waiting for wgmma). Compare head_dim 128 with the README's"
-echo "profile of the first version (float2 atomics; section 8). Store bank conflicts: the dS^T stores"
-echo "are swizzled and the bulk mode's staging is in the threads' order, so both modes should show"
-echo "about none. The L2 reduction sectors are the same bytes added both ways."
+echo "dependencies), short scoreboard (shared-memory loads), lg_throttle (the queue of global-memory"
+echo "instructions: the atomics), barrier (the consumers meeting on dS^T), gmma (waiting for wgmma)."
+echo "Compare head_dim 128 with the README's profiles (section 8). The shared-memory pipe's load is"
+echo "mostly wgmma's operand reads. The L2 reduction sectors are the same bytes added both ways; at"
+echo "head_dim 64 dQ is split by keys, so each tile adds two whole partials."
