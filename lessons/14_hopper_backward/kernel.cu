@@ -274,6 +274,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   fa::mbar_wait(kv_full, 0);
+  // Head dim 64: this warpgroup's 64 rows of K and V as wgmma's register A operand, read once per
+  // block (lesson 13's a_element: register r of k16 step kk holds row, columns 16 kk + col and the
+  // next), so that S^T and dP^T read only Q and dO from shared memory (README, section 3). At 128
+  // the 64 registers they take are not there.
+  constexpr bool kKvInRegs = D == 64;
+  uint32_t ka[kKvInRegs ? D / 16 : 1][4], va[kKvInRegs ? D / 16 : 1][4];
+  if constexpr (kKvInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const RowCol rc = lesson13::a_element(tid, r, 0);
+        const uint32_t off = lesson13::tile_offset(kKeys, kw + rc.row, 16 * kk + rc.col);
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ka[kk][r]) : "r"(k_addr + off));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(va[kk][r]) : "r"(v_addr + off));
+      }
+  }
 
   for (int it = 0; it < n_iter; ++it) {
     const int s = it % S::stages;

@@ -270,6 +270,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   fa::mbar_wait(kv_full, 0);
+  // Head dim 64: this warpgroup's 64 rows of K and V as wgmma's register A operand, read once per
+  // block (lesson 13's a_element: register r of k16 step kk holds row, columns 16 kk + col and the
+  // next), so that S^T and dP^T read only Q and dO from shared memory (README, section 3). At 128
+  // the 64 registers they take are not there.
+  constexpr bool kKvInRegs = D == 64;
+  uint32_t ka[kKvInRegs ? D / 16 : 1][4], va[kKvInRegs ? D / 16 : 1][4];
+  if constexpr (kKvInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const RowCol rc = lesson13::a_element(tid, r, 0);
+        const uint32_t off = lesson13::tile_offset(kKeys, kw + rc.row, 16 * kk + rc.col);
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(ka[kk][r]) : "r"(k_addr + off));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(va[kk][r]) : "r"(v_addr + off));
+      }
+  }
 
   for (int it = 0; it < n_iter; ++it) {
     const int s = it % S::stages;
@@ -293,14 +310,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     //   (K-major, a tile of kKeys rows), B = Q (K-major, kRows rows); commit; then dP^T the same
     //   way from V's rows and dO into dpt; commit.
     // BEGIN SOLUTION
+    if constexpr (kKvInRegs) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      fa::wgmma_ss<T, kRows>(st, kmajor_desc(k_rows, kKeys, kk), kmajor_desc(q_s, kRows, kk), kk > 0);
-    fa::wgmma_commit();
+      for (int kk = 0; kk < D / 16; ++kk) fa::wgmma_rs_kmajor<T, kRows>(st, ka[kk], kmajor_desc(q_s, kRows, kk), kk > 0);
+      fa::wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      fa::wgmma_ss<T, kRows>(dpt, kmajor_desc(v_rows, kKeys, kk), kmajor_desc(do_s, kRows, kk), kk > 0);
-    fa::wgmma_commit();
+      for (int kk = 0; kk < D / 16; ++kk) fa::wgmma_rs_kmajor<T, kRows>(dpt, va[kk], kmajor_desc(do_s, kRows, kk), kk > 0);
+      fa::wgmma_commit();
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        fa::wgmma_ss<T, kRows>(st, kmajor_desc(k_rows, kKeys, kk), kmajor_desc(q_s, kRows, kk), kk > 0);
+      fa::wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        fa::wgmma_ss<T, kRows>(dpt, kmajor_desc(v_rows, kKeys, kk), kmajor_desc(do_s, kRows, kk), kk > 0);
+      fa::wgmma_commit();
+    }
     // END SOLUTION
     // BEGIN SKELETON
     // for (int i = 0; i < kRows / 2; ++i) st[i] = dpt[i] = 0.f;
