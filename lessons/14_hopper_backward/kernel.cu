@@ -51,7 +51,7 @@ constexpr int kThreads = 384;  // 3 warpgroups
 // How dQ's shares reach the fp32 accumulator: one TMA bulk reduce-add per warpgroup and tile, issued
 // by a dQ writer warp (kBulk, the default), fp32 atomics from every consumer thread (kAtomic, part
 // 1's way), or the bulk reduce-adds in key-block order behind a semaphore per query tile and
-// warpgroup (kOrdered: deterministic).
+// warpgroup (per query tile where dQ is split by keys) (kOrdered: deterministic).
 enum DqMode { kAtomic, kBulk, kOrdered };
 // Named barriers on dS^T: both consumer warpgroups (dQ split by columns), or each its own (by keys).
 enum NamedBarrier { kBarDs = 1, kBarDsWg = 2 };
@@ -105,7 +105,8 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 
 // ---- 2. The main kernel ---------------------------------------------------------------------------
 // Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
-// (batch, query head, query tile) and consumer warpgroup, how many key blocks have added their dQ.
+// (batch, query head, query tile) and consumer warpgroup (split by keys: the tile's first slot
+// alone), how many adds into that share are done.
 template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
@@ -312,7 +313,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa::wgmma_fence();
     // TODO(3): S^T: D / 16 k16 steps of wgmma_ss<T, kRows> into st, A = this warpgroup's K rows
     //   (K-major, a tile of kKeys rows), B = Q (K-major, kRows rows); commit; then dP^T the same
-    //   way from V's rows and dO into dpt; commit.
+    //   way from V's rows and dO into dpt; commit. At head dim 64 (kKvInRegs) A comes from the
+    //   registers ka[kk] and va[kk] instead: wgmma_rs_kmajor<T, kRows>, the same B.
     for (int i = 0; i < kRows / 2; ++i) st[i] = dpt[i] = 0.f;
     fa::wgmma_wait<1>();  // S^T is done; dP^T may still run under the exponentials
 
