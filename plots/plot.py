@@ -10,6 +10,9 @@
                                        # lesson 09's experiment (experiment.sh's CSV): time vs seqlen
                                        # per variant and head dim, beside the CSV as .png, and the
                                        # table of milliseconds for the lesson's README
+    python3 plots/plot.py --phases plots/lesson14_timeline_h200.csv
+                                       # lesson 14's traced tile: one bar per trace, its phases in
+                                       # order, products (tensor pipe fed) solid, the rest hatched
     python3 plots/plot.py --timeline trace.csv [more.csv ...]
                                        # lesson 13's traces (FA_LESSON13_TRACE): one timeline figure
                                        # per CSV, beside it as .png, and the table of cycles per key
@@ -398,11 +401,47 @@ def timeline(paths):
               + f" | {sum(cyc.values()):.0f} |")
 
 
+def phases(path):
+    """Lesson 14's traced tile (README, section 8): a CSV of trace, phase, cycles, tensor (1 where
+    the tensor pipe is fed) drawn as one horizontal bar per trace, beside the CSV as .png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    names = list(dict.fromkeys(r["phase"] for r in rows))
+    colors = plt.get_cmap("tab20")(range(len(names)))
+    fig, ax = plt.subplots(figsize=(12, 0.9 + 0.7 * len(traces)))
+    for y, t in enumerate(traces):
+        x = 0.0
+        for r in (r for r in rows if r["trace"] == t):
+            c = float(r["cycles"])
+            ax.barh(len(traces) - 1 - y, c, left=x, color=colors[names.index(r["phase"])],
+                    hatch=None if r["tensor"] == "1" else "//", edgecolor="white", linewidth=0.5)
+            x += c
+        ax.text(x + 40, len(traces) - 1 - y, f"{x:,.0f}", va="center", fontsize=8)
+    ax.set_yticks(range(len(traces)), list(reversed(traces)))
+    ax.set_xlabel("SM cycles of one query tile (warpgroup 1, thread 0); solid: the tensor pipe is fed")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in range(len(names))]
+    fig.legend(handles, names, loc="center right", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    out = os.path.splitext(path)[0] + ".png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {out}")
+
+
 def main():
     if sys.argv[1:2] == ["--timeline"]:
         if len(sys.argv) < 3:
             sys.exit("usage: plots/plot.py --timeline TRACE.csv [TRACE.csv ...]")
         timeline(sys.argv[2:])
+        return
+    if sys.argv[1:2] == ["--phases"]:
+        if len(sys.argv) != 3:
+            sys.exit("usage: plots/plot.py --phases FILE.csv")
+        phases(sys.argv[2])
         return
     if sys.argv[1:2] == ["--rope"]:
         if len(sys.argv) != 3:
