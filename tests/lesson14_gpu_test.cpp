@@ -88,16 +88,19 @@ TEST_CASE("lesson14: deterministic mode with more key blocks than fit on the GPU
   // per SM), so blocks wait for their turn to add dQ while others are not yet running. Blocks may
   // only wait for blocks launched before them, or this hangs (ctest's timeout ends it).
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  for (bool causal : {false, true}) {
-    INFO("causal ", causal);
-    FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(64, 40000, 64, fa::DType::kF16, causal, 1, 1), true));
-  }
-  // Bitwise across runs where the suite does not look: head dim 64, bf16, six query heads on two
-  // K/V heads, four key blocks per query tile.
-  for (bool causal : {false, true}) {
-    fa::test::Case c = make(333, 400, 64, fa::DType::kBF16, causal, 6, 2);
-    FA_CHECK_OUTCOME(fa::test::check_backward_deterministic(lesson, c));
-  }
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      INFO("head dim ", d, ", causal ", causal);
+      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(64, 40000, d, fa::DType::kF16, causal, 1, 1), true));
+    }
+  // Bitwise across runs where the suite does not look: six query heads on two K/V heads, four key
+  // blocks per query tile, at head dim 64 in bf16 and 128 in fp16.
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      INFO("head dim ", d, ", causal ", causal);
+      fa::test::Case c = make(333, 400, d, d == 64 ? fa::DType::kBF16 : fa::DType::kF16, causal, 6, 2);
+      FA_CHECK_OUTCOME(fa::test::check_backward_deterministic(lesson, c));
+    }
 }
 
 TEST_CASE("lesson14: dQ staging under a lagging writer (FA_LESSON14_STRESS=1), default and deterministic") {

@@ -74,15 +74,20 @@ TEST_CASE("lesson14: the key blocks visiting a query tile are blocks 0 .. last_k
 
 TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where the thread wrote it") {
   require_started();
-  for (int d : {64, 128}) {
+  // Every split the kernel takes: head dim 64 by keys (default) and by columns (deterministic), 128
+  // by columns (both modes).
+  auto check = [](auto split, int d) {
+    using Split = decltype(split);
     // A warpgroup's share: kRows x cols (d / 2 split by columns, d split by keys); cols / 2 floats a thread.
-    const int cols = d == 64 ? lesson14::DqSplit<64>::cols : lesson14::DqSplit<128>::cols, floats = cols / 2;
+    const int cols = Split::cols, floats = cols / 2;
+    CHECK(cols == (Split::by_keys ? d : d / 2));
     std::vector<int> seen(size_t(lesson14::kRows) * cols, 0);
     for (int tid = 0; tid < 128; ++tid)
       for (int i = 0; i < floats; ++i) {
         const lesson13::RowCol rc = lesson13::acc_element(tid, i);
         const int written = ((i / 4) * 128 + tid) * 4 + i % 4;  // the kernel's add: chunk i / 4, 4 floats a thread
-        INFO("head dim ", d, ", thread ", tid, ", float ", i, " (row ", rc.row, ", column ", rc.col, ")");
+        INFO("head dim ", d, Split::by_keys ? " by keys" : " by columns", ", thread ", tid, ", float ", i, " (row ", rc.row,
+             ", column ", rc.col, ")");
         REQUIRE(written >= 0);
         REQUIRE(written < int(seen.size()));
         CHECK(lesson14::dq_share_offset(rc.row, rc.col) == written);  // where the postprocess reads it
@@ -91,10 +96,9 @@ TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where th
     CHECK(std::count(seen.begin(), seen.end(), 1) == int(seen.size()));
     // The shares of consecutive tiles tile the accumulator, kRows x d floats a tile.
     for (long long tile : {0LL, 1LL, 7LL}) {
-      const long long a = d == 64 ? lesson14::dq_share_start<64>(tile, 1) : lesson14::dq_share_start<128>(tile, 1);
-      const long long b = d == 64 ? lesson14::dq_share_start<64>(tile, 2) : lesson14::dq_share_start<128>(tile, 2);
+      const long long a = Split::share_start(tile, 1), b = Split::share_start(tile, 2);
       CHECK(a == tile * lesson14::kRows * d);
-      CHECK(b == (cols == d ? a : a + lesson14::kRows * cols));  // by keys both add into the whole tile
+      CHECK(b == (Split::by_keys ? a : a + lesson14::kRows * cols));  // by keys both add into the whole tile
     }
     // The postprocess reads a row's 8 columns 8 c .. 8 c + 7 as 4 pairs, 4 floats apart.
     for (int r = 0; r < lesson14::kRows; ++r)
@@ -103,7 +107,14 @@ TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where th
           CHECK(lesson14::dq_share_offset(r, c0 + 2 * t) == lesson14::dq_share_offset(r, c0) + 4 * t);
           CHECK(lesson14::dq_share_offset(r, c0 + 2 * t + 1) == lesson14::dq_share_offset(r, c0) + 4 * t + 1);
         }
-  }
+  };
+  CHECK(lesson14::DqSplit<64>::by_keys);
+  CHECK(!lesson14::DqSplit<64, true>::by_keys);
+  CHECK(!lesson14::DqSplit<128>::by_keys);
+  check(lesson14::DqSplit<64>{}, 64);
+  check(lesson14::DqSplit<64, true>{}, 64);
+  check(lesson14::DqSplit<128>{}, 128);
+  check(lesson14::DqSplit<128, true>{}, 128);
 }
 
 TEST_CASE("lesson14: a block's shared memory fits Hopper's 227 KB, every tile on a 1024-byte boundary") {

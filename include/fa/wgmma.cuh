@@ -5,7 +5,9 @@
 //   wgmma_ss<T, N, kTransA, kTransB>: D(64 x N, fp32) (+)= A(64 x 16) B(16 x N), both from shared
 //       memory through descriptors; kTransA = 0: A is K-major (its k index contiguous), 1: A is
 //       M-major (stored transposed); kTransB = 0: B is K-major, 1: B is N-major.
-//   wgmma_rs<T, N>: D(64 x N, fp32) (+)= A(64 x 16, registers) B(16 x N, shared memory, N-major).
+//   wgmma_rs<T, N, kTransB>: D(64 x N, fp32) (+)= A(64 x 16, registers) B(16 x N, shared memory),
+//       B N-major (kTransB = 1, the default: P V in lesson 13) or K-major (0: lesson 14's S^T = K Q^T
+//       with K in registers).
 // `accumulate` = 0 overwrites D. The instruction is asynchronous: wgmma_fence() before the first of
 // a batch, wgmma_commit() after the last, wgmma_wait<n>() before reading D (and before touching
 // A's registers). Lesson 13 teaches the descriptors and the register layouts (13_hopper/wgmma.hpp).
@@ -24,7 +26,7 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 
 template <class T, int N, int kTransA = 0, int kTransB = 0>
 __device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
-template <class T, int N>
+template <class T, int N, int kTransB = 1>
 __device__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate);
 
 template <>
@@ -64,7 +66,7 @@ __device__ __forceinline__ void wgmma_ss<__half, 64, 1, 1>(float (&d)[32], uint6
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs<__half, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__half, 64, 1>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
@@ -73,7 +75,7 @@ __device__ __forceinline__ void wgmma_rs<__half, 64>(float (&d)[32], const uint3
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs<__half, 128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__half, 128, 1>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
@@ -118,7 +120,7 @@ __device__ __forceinline__ void wgmma_ss<__nv_bfloat16, 64, 1, 1>(float (&d)[32]
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64, 1>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
@@ -127,7 +129,7 @@ __device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float (&d)[32], cons
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128, 1>(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
@@ -135,14 +137,8 @@ __device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float (&d)[64], con
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
-// The register-A form with B K-major (its k index contiguous, as Q and dO are for S^T = K Q^T and
-// dP^T = V dO^T): lesson 14 holds K and V in registers at head dim 64. Written beside the
-// generated ones, in their form.
-template <class T, int N>
-__device__ void wgmma_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate);
-
 template <>
-__device__ __forceinline__ void wgmma_rs_kmajor<__half, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__half, 64, 0>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
@@ -151,7 +147,7 @@ __device__ __forceinline__ void wgmma_rs_kmajor<__half, 64>(float (&d)[32], cons
 }
 
 template <>
-__device__ __forceinline__ void wgmma_rs_kmajor<__nv_bfloat16, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64, 0>(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"

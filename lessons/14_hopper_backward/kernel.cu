@@ -51,7 +51,7 @@ constexpr int kThreads = 384;  // 3 warpgroups
 // How dQ's shares reach the fp32 accumulator: one TMA bulk reduce-add per warpgroup and tile, issued
 // by a dQ writer warp (kBulk, the default), fp32 atomics from every consumer thread (kAtomic, part
 // 1's way), or the bulk reduce-adds in key-block order behind a semaphore per query tile and
-// warpgroup (per query tile where dQ is split by keys) (kOrdered: deterministic).
+// warpgroup (kOrdered: deterministic; dQ then split by columns at every head dim, plan.hpp).
 enum DqMode { kAtomic, kBulk, kOrdered };
 // Named barriers on dS^T: both consumer warpgroups (dQ split by columns), or each its own (by keys).
 enum NamedBarrier { kBarDs = 1, kBarDsWg = 2 };
@@ -105,16 +105,17 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 
 // ---- 2. The main kernel ---------------------------------------------------------------------------
 // Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
-// (batch, query head, query tile) and consumer warpgroup (split by keys: the tile's first slot
-// alone), how many adds into that share are done.
+// (batch, query head, query tile) and consumer warpgroup, how many adds into that share are done.
 template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
                     const float* delta, float* dq_accum, int* sem, int padded, int stress) {
   using S = lesson14::Smem<D>;
-  constexpr bool kByKeys = lesson14::DqSplit<D>::by_keys;  // dQ split between the warpgroups by keys (d 64)
-  constexpr int kDqCols = lesson14::DqSplit<D>::cols;
+  using Split = lesson14::DqSplit<D, kMode == kOrdered>;
+  constexpr bool kByKeys = Split::by_keys;  // dQ split between the warpgroups by keys (d 64, not ordered)
+  constexpr int kDqCols = Split::cols;
+  constexpr int kDqBytes = kRows * kDqCols * 4;  // a warpgroup's fp32 share of a dQ tile
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = fa::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -140,6 +141,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int first = first_query_tile(k0, offset, p.causal);
   const int per_head = max(0, n_qt - first);  // 0: no row sees these keys (dK = dV = 0)
   const int n_iter = per_head * group;
+  // Iteration it's query tile: (batch, query head) bh, the head's query tile qt, and the tile's
+  // index among every (batch, query head, query tile): the producer, the dQ writers and the
+  // consumers all walk the same tiles in the same order.
+  struct Visit {
+    int bh, qt;
+    int64_t tile;
+  };
+  auto visit = [&](int it) {
+    const int bh = b * p.heads_q + hk * group + it / per_head, qt = first + it % per_head;
+    return Visit{bh, qt, int64_t(bh) * n_qt + qt};
+  };
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
@@ -174,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // TODO(2): from the second round on, stage s held tile it - S::stages: wait for the
         //   consumers' release of it (empty[s], the phase of round it / S::stages - 1).
         fa::tile_count_visit(p, work);
-        const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
-        const int bh = b * p.heads_q + h;
+        const Visit v = visit(it);
+        const int bh = v.bh, q0 = v.qt * kRows;
         const uint32_t bar = full + 8 * s;
         fa::mbar_expect_tx(bar, 2 * S::q_bytes + 2 * S::stat_bytes);
         for (int c = 0; c < D / 64; ++c) {
@@ -192,22 +204,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       // reduce-add, and free the buffer (dq_empty) once the reduce has read it. The consumers only
       // store and go on: with two buffers, they wait only if the reduce of two tiles ago is unread.
       for (int it = 0; it < n_iter; ++it) {
-        const int h = hk * group + it / per_head, qt = first + it % per_head;
-        const int64_t tile = (int64_t(b) * p.heads_q + h) * n_qt + qt;  // (batch, head, query tile)
-        float* acc = dq_accum + lesson14::dq_share_start<D>(tile, warp);
+        const Visit v = visit(it);
+        const int qt = v.qt;
+        const int64_t tile = v.tile;
+        float* acc = dq_accum + Split::share_start(tile, warp);
         const int buf = 2 * (warp - 1) + (it & 1);
         const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
         fa::mbar_wait(dq_full + 8 * buf, (it / 2) & 1);
         if (tid % 32 == 0) {
-          int* my_sem = sem + tile * 2 + (kByKeys ? 0 : warp - 1);
+          int* my_sem = sem + tile * 2 + (warp - 1);
           if constexpr (kMode == kOrdered) {
             // Deterministic: key blocks add into tile qt from the highest that sees it down, so
             // block kt's turn comes after last - kt adds (section 5). The acquire pairs with the
             // previous adder's release; the proxy fence orders it before the bulk add (the async
             // proxy). Only this warp spins: the consumers go on with the next tiles meanwhile.
-            // Split by keys, both warpgroups add into the whole tile: warpgroup 1's turn, then 2's.
-            const int last = lesson14::last_key_block(qt, n_kt, offset, p.causal);
-            const int turn = kByKeys ? 2 * (last - kt) + (warp - 1) : last - kt;
+            static_assert(!kByKeys, "the ordered adds need a share per warpgroup (dQ split by columns)");
+            const int turn = lesson14::last_key_block(qt, n_kt, offset, p.causal) - kt;
             while (fa::load_acquire(my_sem) != turn) {
             }
             fa::fence_proxy_async_global();
@@ -215,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // The tests' stress mode (FA_LESSON14_STRESS=1): hold each share up to about 8 us before
           // adding it, so that consumers running ahead find their buffer still unread.
           if (stress) __nanosleep(uint32_t(tile * 2654435761u) >> 19);
-          fa::bulk_reduce_add_f32(acc, dq_s, S::dq_bytes);
+          fa::bulk_reduce_add_f32(acc, dq_s, kDqBytes);
           fa::bulk_commit();
           if constexpr (kMode == kOrdered) {
             fa::bulk_wait<0>();              // the adds are done ...
@@ -254,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto add_dq = [&](int64_t tile, int it) {
     if constexpr (kMode == kAtomic) {
       // 16-byte atomics, a warp's 32 of them on 512 contiguous bytes.
-      float* acc = dq_accum + lesson14::dq_share_start<D>(tile, wg);
+      float* acc = dq_accum + Split::share_start(tile, wg);
 #pragma unroll
       for (int c = 0; c < kDqCols / 8; ++c)
         atomicAdd(reinterpret_cast<float4*>(acc) + c * 128 + tid, make_float4(dq[4 * c], dq[4 * c + 1], dq[4 * c + 2], dq[4 * c + 3]));
@@ -295,7 +307,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int it = 0; it < n_iter; ++it) {
     const int s = it % S::stages;
-    const int h = hk * group + it / per_head, qt = first + it % per_head, q0 = qt * kRows;
+    const Visit v = visit(it);
+    const int q0 = v.qt * kRows;
     const uint32_t q_s = q_addr + s * S::q_bytes, do_s = do_addr + s * S::q_bytes, ds_s = ds_addr + (it & 1) * S::ds_bytes;
     fa::mbar_wait(full + 8 * s, (it / S::stages) & 1);
 
@@ -314,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // TODO(3): S^T: D / 16 k16 steps of wgmma_ss<T, kRows> into st, A = this warpgroup's K rows
     //   (K-major, a tile of kKeys rows), B = Q (K-major, kRows rows); commit; then dP^T the same
     //   way from V's rows and dO into dpt; commit. At head dim 64 (kKvInRegs) A comes from the
-    //   registers ka[kk] and va[kk] instead: wgmma_rs_kmajor<T, kRows>, the same B.
+    //   registers ka[kk] and va[kk] instead: wgmma_rs<T, kRows, 0>, the same B.
     for (int i = 0; i < kRows / 2; ++i) st[i] = dpt[i] = 0.f;
     fa::wgmma_wait<1>();  // S^T is done; dP^T may still run under the exponentials
 
@@ -374,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // TODO(7): dK += dS^T Q as dV (A = da[kk], B = Q read N-major); commit.
     fa::wgmma_wait<1>();  // dV and dQ are done; dK may still run
-    add_dq((int64_t(b) * p.heads_q + h) * n_qt + qt, it);
+    add_dq(v.tile, it);
     fa::wgmma_wait<0>();  // dK is done: Q, dO and this stage's LSE2 and D are free
     if (lane == 0) fa::mbar_arrive(empty + 8 * s);
   }
@@ -395,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- 3. Postprocess -------------------------------------------------------------------------------
 // dQ = scale * accumulator, rounded to T, through dQ's strides: 8 values per thread.
-template <class T, int D>
+template <class T, int D, class Split>
 __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum, int padded) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
@@ -406,8 +419,8 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
   const int b = bh / p.heads_q, h = bh % p.heads_q;
   // The accumulator's layout (plan.hpp, dq_share_offset): per tile and warpgroup (half of the
   // columns), in the threads' order. This thread's 8 columns are one chunk: 4 threads, 2 floats each.
-  constexpr int cols = lesson14::DqSplit<D>::cols;  // a share's columns: D / 2, or D split by keys
-  const float* src = dq_accum + lesson14::dq_share_start<D>(int64_t(bh) * (padded / kRows) + i / kRows, 1 + (8 * c) / cols) +
+  constexpr int cols = Split::cols;  // a share's columns: D / 2, or D split by keys
+  const float* src = dq_accum + Split::share_start(int64_t(bh) * (padded / kRows) + i / kRows, 1 + (8 * c) / cols) +
                      lesson14::dq_share_offset(i % kRows, (8 * c) % cols);
   float x[8];
 #pragma unroll
@@ -460,7 +473,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
-  postprocess_kernel<T, D><<<unsigned((post_threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, padded);
+  postprocess_kernel<T, D, lesson14::DqSplit<D, kMode == kOrdered>><<<unsigned((post_threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, padded);
   FA_CHECK_LAUNCH();
 }
 

@@ -37,27 +37,30 @@ __host__ __device__ constexpr int last_key_block(int qt, int n_kt, int offset, b
   return k < n_kt - 1 ? k : n_kt - 1;
 }
 
-// How a tile's dQ = dS K is split between the two consumer warpgroups. At head dim 128 by columns:
-// warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over all 128 keys, so it reads the other
-// warpgroup's half of dS^T and both meet at a barrier every tile. At head dim 64 by keys: warpgroup
-// c multiplies only its own 64 keys into all D columns, a partial sum added into the same
-// accumulator as the other's, so the warpgroups never wait for each other and drift apart (one's
-// exponentials under the other's products). That takes 2 x 16 KB of adds a tile instead of 2 x 8 KB
-// and D / 2 floats a thread for dQ, which fit at 64 and not at 128 (README, "How it got here").
-template <int D>
+// How a tile's dQ = dS K is split between the two consumer warpgroups. By columns (head dim 128,
+// and the deterministic mode at 64): warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over
+// all 128 keys, so it reads the other warpgroup's half of dS^T and both meet at a barrier every
+// tile. By keys (head dim 64 by default): warpgroup c multiplies only its own 64 keys into all D
+// columns, a partial sum added into the same accumulator as the other's, so the warpgroups never
+// wait for each other and drift apart (one's exponentials under the other's products). That takes
+// 2 x 16 KB of adds a tile instead of 2 x 8 KB and D / 2 floats a thread for dQ, which fit at 64 and
+// not at 128 (README, "How it got here"). The deterministic mode splits by columns at 64 too: by
+// keys, the two partials of a tile would take turns on one tile's order, two ordered adds a tile in
+// a row; by columns, each warpgroup's half has its own order and the two go at once.
+template <int D, bool kDeterministic = false>
 struct DqSplit {
-  static constexpr bool by_keys = D == 64;
+  static constexpr bool by_keys = D == 64 && !kDeterministic;
   static constexpr int cols = by_keys ? D : D / 2;  // a warpgroup's dQ columns
+  // Where consumer warpgroup c's share of (batch, head, query tile) `tile` starts in the
+  // accumulator: by columns, the tile's two halves one after the other; by keys, both add into the
+  // whole tile.
+  __host__ __device__ static constexpr long long share_start(long long tile, int c) {
+    return by_keys ? tile * kRows * D : (tile * 2 + (c - 1)) * (kRows * D / 2);
+  }
 };
-// Where consumer warpgroup c's share of (batch, head, query tile) `tile` starts in the accumulator:
-// by columns, the tile's two halves one after the other; by keys, both add into the whole tile.
-template <int D>
-__host__ __device__ constexpr long long dq_share_start(long long tile, int c) {
-  return DqSplit<D>::by_keys ? tile * kRows * D : (tile * 2 + (c - 1)) * (kRows * D / 2);
-}
 
 // dQ's fp32 accumulator keeps each consumer warpgroup's share of a query tile (kRows rows x
-// `cols` = DqSplit<D>::cols columns) in the order the threads hold it: cols / 8 chunks of 128 threads x 4
+// `cols` = DqSplit::cols columns) in the order the threads hold it: cols / 8 chunks of 128 threads x 4
 // floats, thread tid's accumulator floats 4 c .. 4 c + 3 in chunk c. So the kernel adds 16 bytes
 // per thread and instruction, a warp's 512 bytes contiguous. The offset of element (r, col) of a
 // share: lesson 13's acc_element inverted (float i = 4 (col / 8) + 2 ((r % 16) / 8) + col % 2 of
@@ -76,7 +79,7 @@ struct Smem {
   // Query tiles in flight (3 at head dim 128 and 4 at 64 measured no faster: README).
   static constexpr int stages = 2;
   static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
-  static constexpr int dq_bytes = kRows * DqSplit<D>::cols * 4;  // a warpgroup's fp32 share of a dQ tile
+  static constexpr int dq_bytes = kRows * DqSplit<D>::cols * 4;  // a staging buffer: the larger share
   static constexpr int stat_bytes = kRows * 4;
   static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + stages * q_bytes, ds = dout + stages * q_bytes;
   static constexpr int dq = ds + 2 * ds_bytes;  // 2 warpgroups x 2 buffers
