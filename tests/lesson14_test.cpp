@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "13_hopper/wgmma.hpp"
@@ -70,6 +71,44 @@ TEST_CASE("lesson14: the key blocks visiting a query tile are blocks 0 .. last_k
           CHECK(int(turns.size()) == lesson14::last_key_block(qt, n_kt, offset, causal) + 1);
         }
       }
+}
+
+TEST_CASE("lesson14: the launch order covers every block once, heaviest first, and never waits ahead") {
+  require_started();
+  for (int n_kt : {1, 3, 8, 32, 131, 132, 200})
+    for (int n_bk : {1, 2, 5, 8, 64})
+      for (int sms : {1, 78, 132})
+        for (bool from_last : {false, true}) {
+          const int chunk = lesson14::launch_chunk(n_kt, n_bk, sms);
+          INFO(n_kt, " key blocks, ", n_bk, " groups, ", sms, " SMs (chunk ", chunk, "), from the last ", from_last);
+          CHECK(chunk >= 1);
+          CHECK(n_bk % chunk == 0);  // equal chunks: no group left to run alone at the end
+          if (int64_t(n_kt) * n_bk >= 8 * sms) CHECK(chunk == 1);  // many short blocks: group by group
+          CHECK((chunk == 1 || int64_t(chunk) * n_kt <= sms));     // a chunk's blocks fit in one wave
+          std::vector<int64_t> index(size_t(n_kt) * n_bk, -1);    // (bk, kt) -> the block that owns it
+          for (int64_t w = 0; w < int64_t(n_kt) * n_bk; ++w) {
+            const lesson14::BlockTile t = lesson14::block_tile(w, n_kt, n_bk, chunk, from_last);
+            REQUIRE(t.bk >= 0);
+            REQUIRE(t.bk < n_bk);
+            REQUIRE(t.kt >= 0);
+            REQUIRE(t.kt < n_kt);
+            CHECK(index[size_t(t.bk) * n_kt + t.kt] == -1);  // no (group, key block) twice
+            index[size_t(t.bk) * n_kt + t.kt] = w;
+          }
+          for (int bk = 0; bk < n_bk; ++bk)
+            for (int kt = 0; kt + 1 < n_kt; ++kt) {
+              const int64_t lo = index[size_t(bk) * n_kt + kt], hi = index[size_t(bk) * n_kt + kt + 1];
+              // Default: a group's key block kt (more query tiles under the causal mask) starts before
+              // kt + 1. From the last: kt + 1, whose dQ adds kt waits for, starts first.
+              CHECK((from_last ? hi < lo : lo < hi));
+            }
+          // Heaviest first across groups too: within a chunk, key block 0 of every group comes
+          // before key block 1 of any.
+          if (!from_last && n_kt > 1)
+            for (int bk = 0; bk < n_bk; ++bk)
+              for (int other = bk / chunk * chunk; other < std::min(n_bk, bk / chunk * chunk + chunk); ++other)
+                CHECK(index[size_t(bk) * n_kt] < index[size_t(other) * n_kt + 1]);
+        }
 }
 
 TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where the thread wrote it") {

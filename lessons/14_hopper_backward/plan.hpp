@@ -33,6 +33,39 @@ __host__ __device__ constexpr int last_key_block(int qt, int n_kt, int offset, b
   return k < n_kt - 1 ? k : n_kt - 1;
 }
 
+// The launch order: which (K/V group, key block) block w owns, for n_bk groups (batch x K/V heads)
+// of n_kt key blocks. The groups go in chunks of `chunk` (about one wave of blocks: launch_chunk);
+// within a chunk the key block changes slowest, so every group's key block 0, the heaviest under
+// the causal mask, starts before any group's key block 1, and the lightest blocks run last, where
+// they fill the SMs the others leave. The last chunk may hold fewer groups. `from_last` (the
+// deterministic mode) numbers the key blocks from the last instead: block (bk, kt) then always comes
+// after (bk, kt + 1), whose add into a query tile's dQ it waits for (section 5).
+struct BlockTile {
+  int bk, kt;
+};
+__host__ __device__ constexpr BlockTile block_tile(long long w, int n_kt, int n_bk, int chunk, bool from_last) {
+  const long long c0 = w / (static_cast<long long>(chunk) * n_kt) * chunk;  // the chunk's first group
+  const int width = static_cast<int>(n_bk - c0 < chunk ? n_bk - c0 : chunk);
+  const long long r = w - c0 * n_kt;  // the block's place in its chunk
+  const int i = static_cast<int>(r / width);
+  return {static_cast<int>(c0 + r % width), from_last ? n_kt - 1 - i : i};
+}
+// Groups per chunk. Many short blocks (8 or more a SM: no grouped-query heads, or long sequences)
+// leave no tail worth reordering, so the groups go one by one (1), as the order was before step 7.
+// Fewer, longer blocks (G query heads a group make a block G times longer and the grid G times
+// smaller) go heaviest first across as many groups as one wave holds every key block of
+// (sm_count / n_kt), so that all of a group's blocks still run at once and share its Q and dO tiles
+// in L2; the chunks are equal (a divisor of n_bk), so no group is left to run alone at the end.
+// README, "How it got here", step 7.
+__host__ __device__ constexpr int launch_chunk(int n_kt, int n_bk, int sm_count) {
+  if (static_cast<long long>(n_kt) * n_bk >= 8LL * sm_count) return 1;
+  int c = sm_count / n_kt;
+  if (c > n_bk) c = n_bk;
+  if (c < 1) c = 1;
+  while (n_bk % c != 0) --c;
+  return c;
+}
+
 // How a tile's dQ = dS K is split between the two consumer warpgroups. By columns (head dim 128,
 // and the deterministic mode at 64): warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over
 // all 128 keys, so it reads the other warpgroup's half of dS^T and both meet at a barrier every

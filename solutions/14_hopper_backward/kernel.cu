@@ -103,7 +103,7 @@ template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
-                    const float* delta, float* dq_accum, int* sem, int padded, int stress) {
+                    const float* delta, float* dq_accum, int* sem, int padded, int chunk, int stress) {
   using S = lesson14::Smem<D>;
   using Split = lesson14::DqSplit<D, kMode == kOrdered>;
   constexpr bool kByKeys = Split::by_keys;  // dQ split between the warpgroups by keys (d 64, not ordered)
@@ -123,10 +123,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int64_t work = blockIdx.x;
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
-  // Deterministic mode numbers the key blocks from the last: there they add into each query tile
-  // from the highest key block down (below), and a block may only wait for blocks launched before it.
-  const int kt = kMode == kOrdered ? n_kt - 1 - int(work % n_kt) : int(work % n_kt);
-  const int bk = int(work / n_kt);  // b * heads_kv + hk
+  // The launch order (plan.hpp): heaviest key blocks first, in chunks of groups. The deterministic
+  // mode numbers the key blocks from the last: there they add into each query tile from the
+  // highest key block down (below), and a block may only wait for blocks launched before it.
+  const lesson14::BlockTile bt = lesson14::block_tile(work, n_kt, p.batch * p.heads_kv, chunk, kMode == kOrdered);
+  const int kt = bt.kt, bk = bt.bk;  // bk = b * heads_kv + hk
   const int b = bk / p.heads_kv, hk = bk % p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
   const int k0 = kt * kKeys, offset = p.seqlen_k - p.seqlen_q;
@@ -538,8 +539,12 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
     fa::allow_smem(kernel, smem);
     configured = true;
   }
-  const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, stress);
+  const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
+  const int64_t blocks = int64_t(n_kt) * p.heads_kv * p.batch;
+  // The deterministic mode keeps a group's blocks together (chunk 1): its blocks start from the
+  // last key block, so chunks would start every group's lightest blocks first and its heaviest last.
+  const int chunk = kMode == kOrdered ? 1 : lesson14::launch_chunk(n_kt, p.batch * p.heads_kv, fa::current_device().sm_count);
+  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, chunk, stress);
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
