@@ -10,9 +10,11 @@
                                        # lesson 09's experiment (experiment.sh's CSV): time vs seqlen
                                        # per variant and head dim, beside the CSV as .png, and the
                                        # table of milliseconds for the lesson's README
-    python3 plots/plot.py --phases plots/lesson14_timeline_h200.csv
+    python3 plots/plot.py --phases plots/lesson14_timeline_h200.csv [trace.csv ...]
                                        # lesson 14's traced tile: one bar per trace, its phases in
-                                       # order, products (tensor pipe fed) solid, the rest hatched
+                                       # order, products (tensor pipe fed) solid, the rest hatched;
+                                       # a raw trace (FA_LESSON14_TRACE=FILE) is reduced to one
+                                       # tile's phases first, and its rows printed
     python3 plots/plot.py --timeline trace.csv [more.csv ...]
                                        # lesson 13's traces (FA_LESSON13_TRACE): one timeline figure
                                        # per CSV, beside it as .png, and the table of cycles per key
@@ -401,14 +403,64 @@ def timeline(paths):
               + f" | {sum(cyc.values()):.0f} |")
 
 
-def phases(path):
-    """Lesson 14's traced tile (README, section 8): a CSV of trace, phase, cycles, tensor (1 where
-    the tensor pipe is fed) drawn as one horizontal bar per trace, beside the CSV as .png."""
+# Lesson 14's trace phases (solutions/14_hopper_backward/trace.hpp) as the README's table names
+# them, and whether the tensor pipe is fed during each (a product issued or running).
+L14_PHASES = {"wait_tile": ("wait for the tile", 0), "issue_s_dp": ("issue S^T and dP^T", 1),
+              "wait_s": ("wait for S^T", 0), "exp": ("exponentials", 0), "wait_dp": ("wait for dP^T", 0),
+              "ds": ("dS^T and packing", 0), "issue_dv_store_ds": ("issue dV; store dS^T", 1),
+              "barrier": ("proxy fence and barrier", 0), "issue_dq_dk": ("issue dQ and dK", 1),
+              "wait_dv_dq": ("wait for dV and dQ", 0), "dq_out": ("dQ share out", 1), "wait_dk": ("wait for dK", 1)}
+
+
+def reduce_trace14(path):
+    """A lesson 14 trace (FA_LESSON14_TRACE: head_dim,sm,block,role,clock,phase,key) as one tile's
+    phases: thread 0 of consumer warpgroup 1 (role 1) in every traced block, each tile from its
+    wait_tile record to the next tile's (or the epilogue), cycles averaged over the tiles."""
+    lanes, d = {}, "?"
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            d = r["head_dim"]
+            if r["role"] == "1":
+                lanes.setdefault((r["sm"], r["block"]), []).append((int(r["clock"]), r["phase"]))
+    total, tiles = {}, 0
+    for ev in lanes.values():
+        ev.sort()
+        inside = False
+        for (c0, p), (c1, _) in zip(ev, ev[1:]):
+            if p == "wait_tile":
+                inside, tiles = True, tiles + 1
+            elif p in ("epilogue", "exit"):
+                inside = False
+            if inside and p in L14_PHASES:
+                total[p] = total.get(p, 0) + (c1 - c0)
+    if tiles == 0:
+        sys.exit(f"plots/plot.py: no consumer tiles in {path} (run with FA_LESSON14_TRACE=FILE)")
+    label = f"{os.path.splitext(os.path.basename(path))[0]}, d {d}"
+    return [{"trace": label, "phase": L14_PHASES[p][0], "cycles": f"{total.get(p, 0) / tiles:.0f}",
+             "tensor": str(L14_PHASES[p][1])} for p in L14_PHASES], tiles
+
+
+def phases(paths):
+    """Lesson 14's traced tile (README, section 8), drawn as one horizontal bar per trace, beside
+    the first CSV as .png. A CSV is either the table (trace, phase, cycles, tensor: 1 where the
+    tensor pipe is fed) or a raw trace of FA_LESSON14_TRACE, reduced here to one tile's phases
+    (the rows are printed in the table's form, to add to it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            first = f.readline()
+        if first.startswith("head_dim,"):
+            reduced, tiles = reduce_trace14(path)
+            print(f"{path}: {tiles} tiles of consumer warpgroup 1; one tile's phases:")
+            for r in reduced:
+                print(f'"{r["trace"]}",{r["phase"]},{r["cycles"]},{r["tensor"]}')
+            rows += reduced
+        else:
+            with open(path, newline="") as f:
+                rows += list(csv.DictReader(f))
     traces = list(dict.fromkeys(r["trace"] for r in rows))
     names = list(dict.fromkeys(r["phase"] for r in rows))
     colors = plt.get_cmap("tab20")(range(len(names)))
@@ -426,7 +478,7 @@ def phases(path):
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in range(len(names))]
     fig.legend(handles, names, loc="center right", fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
-    out = os.path.splitext(path)[0] + ".png"
+    out = os.path.splitext(paths[0])[0] + ".png"
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print(f"wrote {out}")
@@ -439,9 +491,9 @@ def main():
         timeline(sys.argv[2:])
         return
     if sys.argv[1:2] == ["--phases"]:
-        if len(sys.argv) != 3:
-            sys.exit("usage: plots/plot.py --phases FILE.csv")
-        phases(sys.argv[2])
+        if len(sys.argv) < 3:
+            sys.exit("usage: plots/plot.py --phases FILE.csv [FILE.csv ...]")
+        phases(sys.argv[2:])
         return
     if sys.argv[1:2] == ["--rope"]:
         if len(sys.argv) != 3:

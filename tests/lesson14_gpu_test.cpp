@@ -7,7 +7,14 @@
 // gradients.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "check.hpp"
 
@@ -115,4 +122,86 @@ TEST_CASE("lesson14: dQ staging under a lagging writer (FA_LESSON14_STRESS=1), d
       INFO("head dim ", d, ", ", det ? "deterministic" : "bulk", " dQ");
       FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, fa::DType::kF16, d == 128, 4, 1), det));
     }
+}
+
+namespace {
+
+// One record of the trace's CSV (FA_LESSON14_TRACE): head_dim,sm,block,role,clock,phase,key.
+struct Record {
+  long long block, clock;
+  int role, key;
+  std::string phase;
+};
+std::vector<Record> read_trace(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::vector<Record> out;
+  if (!std::getline(f, line) || line != "head_dim,sm,block,role,clock,phase,key") return out;
+  while (std::getline(f, line)) {
+    std::stringstream ss(line);
+    std::string field[7];
+    for (std::string& x : field) std::getline(ss, x, ',');
+    out.push_back({std::stoll(field[2]), std::stoll(field[4]), std::stoi(field[3]), std::stoi(field[6]), field[5]});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trace accounts for every tile once per key block") {
+  // FA_LESSON14_TRACE (README, "How to profile"): the traced build must give the right gradients,
+  // and its records must show every block's five recording threads from setup to exit, in clock
+  // order, and each query tile copied, waited for by both consumer warpgroups and added by both
+  // dQ writers once for each key block that sees it (causal, bottom-right aligned: the key blocks
+  // kt with kt x 128 <= (qt + 1) x 64 - 1 + seqlen_k - seqlen_q): the test's own statement.
+  const std::string path = "lesson14_trace_test.csv";
+  ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), sms("FA_LESSON14_TRACE_SMS", "100000");
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (int d : {64, 128}) {
+    const fa::test::Case c = make(333, 400, d, fa::DType::kF16, true, 4, 2);
+    INFO("head dim ", d);
+    std::remove(path.c_str());
+    FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c));
+    const std::vector<Record> rec = read_trace(path);
+    REQUIRE(!rec.empty());
+    const int n_kt = (c.seqlen_k + 127) / 128, n_qt = (c.seqlen_q + 63) / 64, offset = c.seqlen_k - c.seqlen_q;
+    const long long blocks = (long long)n_kt * c.heads_kv * c.batch;
+    std::map<std::pair<long long, int>, std::vector<const Record*>> lanes;
+    for (const Record& r : rec) lanes[{r.block, r.role}].push_back(&r);
+    CHECK(lanes.size() == size_t(blocks * 5));
+    for (const auto& [lane, ev] : lanes) {
+      INFO("block ", lane.first, ", role ", lane.second);
+      CHECK(ev.front()->phase == "setup");
+      CHECK(ev.back()->phase == "exit");
+      for (size_t i = 1; i < ev.size(); ++i) CHECK(ev[i]->clock >= ev[i - 1]->clock);
+    }
+    // (role, phase) -> tile -> times recorded
+    std::map<std::pair<int, std::string>, std::map<int, int>> seen;
+    for (const Record& r : rec)
+      if (r.phase == "copy" || r.phase == "wait_tile" || r.phase == "reduce") ++seen[{r.role, r.phase}][r.key];
+    const std::vector<std::pair<int, std::string>> per_tile = {{0, "copy"}, {1, "wait_tile"}, {2, "wait_tile"}, {3, "reduce"}, {4, "reduce"}};
+    for (const auto& rp : per_tile) {
+      std::map<int, int> want;
+      for (int bh = 0; bh < c.batch * c.heads_q; ++bh)
+        for (int qt = 0; qt < n_qt; ++qt)
+          for (int kt = 0; kt < n_kt; ++kt)
+            if (kt * 128 <= (qt + 1) * 64 - 1 + offset) ++want[bh * n_qt + qt];
+      INFO("role ", rp.first, ", phase ", rp.second);
+      CHECK(seen[rp] == want);
+    }
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
+  const std::string path = "lesson14_trace_errors.csv";
+  ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), events("FA_LESSON14_TRACE_EVENTS", "4");
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  // A consumer records 12 events a tile: 6 tiles do not fit in 4.
+  const fa::test::Outcome over = fa::test::check_backward(lesson, make(333, 400, 64, fa::DType::kF16, true, 4, 2));
+  CHECK_FALSE(over.ok);
+  CHECK_MESSAGE(over.text.find("more than the capacity of 4") != std::string::npos, over.text);
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 64, fa::DType::kBF16, true, 4, 2), [](fa::AttnParams&) {},
+                                            "fp16 and the default dQ mode only", fa::test::Direction::kBackward));
+  std::remove(path.c_str());
 }

@@ -19,12 +19,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/hopper.cuh"
@@ -32,6 +30,7 @@
 #include "fa/tensor_map.hpp"
 #include "fa/wgmma.cuh"
 #include "fa/params.hpp"
+#include "fa/trace.cuh"
 #include "trace.hpp"
 #include "wgmma.hpp"
 
@@ -80,7 +79,6 @@ using fa::named_arrive;
 using fa::named_sync;
 using fa::set_max_registers_dec;
 using fa::set_max_registers_inc;
-using fa::sm_id;
 using fa::tma_load;
 
 // ---- Work tiles ------------------------------------------------------------------------------------
@@ -149,16 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   [[maybe_unused]] int n_marks = 0;
   auto mark = [&](int phase, int64_t key) {
     if constexpr (kTrace) {
-      if (tid == 0) {
-        // 32-bit indices (the producer has 40 registers): the host checks lanes x capacity < 2^31.
-        const int lane = 3 * int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) + wg;
-        if (n_marks < trace.capacity) trace.events[lane * trace.capacity + n_marks] = {clock64(), phase, int(key) & INT_MAX};
-        ++n_marks;
-        if (phase == ph::kExit) {
-          trace.counts[lane] = n_marks;
-          trace.sms[lane] = sm_id();
-        }
-      }
+      // 32-bit indices (the producer has 40 registers): the host checks lanes x capacity < 2^31.
+      const int lane = 3 * int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) + wg;
+      if (tid == 0) fa::trace_mark<true>(trace, lane, n_marks, phase, key, phase == ph::kExit);
     }
   };
   mark(ph::kSetup, 0);
@@ -534,50 +525,11 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
 }
 
 // The traced run: launches the traced kernel, waits for it, and reads every warpgroup's records
-// back. Throws if a warpgroup recorded more than `capacity` events (none is dropped silently).
+// back (fa::run_traced: throws if a warpgroup recorded more than `capacity` events).
 std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, int max_blocks, int capacity, cudaStream_t stream) {
-  if (capacity < 1) throw fa::InvalidArgument("lesson 13_hopper: the trace needs a capacity >= 1 event per warpgroup");
   const int64_t lanes = 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
-  if (lanes * capacity > INT_MAX)  // the kernel indexes the records with 32-bit integers
-    throw fa::InvalidArgument("lesson 13_hopper: the trace needs " + std::to_string(lanes) + " warpgroups x " + std::to_string(capacity) +
-                              " events, over 2^31 records: trace a smaller problem or lower FA_LESSON13_TRACE_EVENTS");
-  // fa::Buffer: freed on every path, and guarded (a record written past the end is caught).
-  fa::Buffer event_buf(fa::Memory::kDevice, sizeof(lesson13::TraceEvent) * size_t(lanes) * size_t(capacity), "lesson 13's trace records");
-  fa::Buffer count_buf(fa::Memory::kDevice, sizeof(int) * size_t(lanes), "lesson 13's trace counts");
-  fa::Buffer sm_buf(fa::Memory::kDevice, sizeof(int) * size_t(lanes), "lesson 13's trace SMs");
-  count_buf.poison();  // 0xFF bytes: -1, a lane that never reached its end
-  const lesson13::TraceSink sink{static_cast<lesson13::TraceEvent*>(event_buf.data()), static_cast<int*>(count_buf.data()),
-                                 static_cast<int*>(sm_buf.data()), capacity};
-  run_step(p, step, max_blocks, stream, &sink);
-  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (const fa::Buffer* b : {&event_buf, &count_buf, &sm_buf}) b->check_guards();
-  const std::vector<lesson13::TraceEvent> events = event_buf.to_host<lesson13::TraceEvent>();
-  const std::vector<int> counts = count_buf.to_host<int>(), sms = sm_buf.to_host<int>();
-  std::vector<lesson13::TraceLane> out(static_cast<size_t>(lanes));
-  for (int64_t i = 0; i < lanes; ++i) {
-    const int n = counts[size_t(i)];
-    if (n < 0) throw fa::Error("lesson 13_hopper: trace lane " + std::to_string(i) + " never reached its end");
-    if (n > capacity)
-      throw fa::Error("lesson 13_hopper: block " + std::to_string(i / 3) + ", warpgroup " + std::to_string(i % 3) + " recorded " +
-                      std::to_string(n) + " trace events, more than the capacity of " + std::to_string(capacity) +
-                      " (raise FA_LESSON13_TRACE_EVENTS)");
-    lesson13::TraceLane& l = out[size_t(i)];
-    l.block = i / 3;
-    l.role = int(i % 3);
-    l.sm = sms[size_t(i)];
-    l.events.assign(events.begin() + i * capacity, events.begin() + i * capacity + n);
-  }
-  return out;
-}
-
-int env_int(const char* name, int fallback, int lo) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (end == e || *end != '\0' || v < lo || v > INT_MAX)
-    throw fa::InvalidArgument(std::string("lesson 13_hopper: ") + name + " must be an integer >= " + std::to_string(lo) + ", not '" + e + "'");
-  return int(v);
+  return fa::run_traced("lesson 13_hopper", lanes, 3, capacity, stream,
+                        [&](const fa::TraceSink& sink) { run_step(p, step, max_blocks, stream, &sink); });
 }
 
 // FA_LESSON13_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks that
@@ -585,18 +537,10 @@ int env_int(const char* name, int fallback, int lo) {
 // step,sm,block,role,clock,phase,key. plots/plot.py --timeline draws them. Not for timing: the
 // call waits for the kernel and copies the records back.
 void write_trace(const fa::AttnParams& p, int step, const std::string& path, cudaStream_t stream) {
-  const int capacity = env_int("FA_LESSON13_TRACE_EVENTS", 1 << 14, 1);
-  const int sms = env_int("FA_LESSON13_TRACE_SMS", 2, 1);
-  const std::vector<lesson13::TraceLane> lanes = run_traced(p, step, 0, capacity, stream);
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw fa::Error("lesson 13_hopper: cannot write the trace to '" + path + "'");
-  std::fprintf(f, "step,sm,block,role,clock,phase,key\n");
-  for (const lesson13::TraceLane& l : lanes)
-    if (l.sm < sms)
-      for (const lesson13::TraceEvent& e : l.events)
-        std::fprintf(f, "%d,%d,%lld,%d,%lld,%s,%d\n", step, l.sm, static_cast<long long>(l.block), l.role, e.clock,
-                     lesson13::phase_name(e.phase), e.key);
-  if (std::fclose(f) != 0) throw fa::Error("lesson 13_hopper: writing the trace to '" + path + "' failed");
+  const int capacity = fa::env_int("lesson 13_hopper", "FA_LESSON13_TRACE_EVENTS", 1 << 14, 1);
+  const int sms = fa::env_int("lesson 13_hopper", "FA_LESSON13_TRACE_SMS", 2, 1);
+  fa::write_trace_csv("lesson 13_hopper", path, run_traced(p, step, 0, capacity, stream), sms, "step", std::to_string(step),
+                      lesson13::phase_name);
 }
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {

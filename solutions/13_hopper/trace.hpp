@@ -1,13 +1,12 @@
 // Lesson 13's timelines: a traced build of the kernel (the same code, instantiated with kTrace)
-// records the SM's clock each time a warpgroup changes phase. Thread 0 of each warpgroup writes
+// records the SM's clock each time a warpgroup changes phase (fa/trace.hpp). Thread 0 of each warpgroup writes
 // the records: the producer's loop, and warp 0 of each consumer warpgroup (its other three warps
 // run the same code a few cycles apart). The README's timeline pictures come from these records
 // (FA_LESSON13_TRACE, "How to profile"); the lesson's GPU test checks that they account for every
 // work tile and key tile.
 #pragma once
 
-#include <cstdint>
-#include <vector>
+#include "fa/trace.hpp"
 
 namespace lesson13 {
 
@@ -40,28 +39,10 @@ inline const char* phase_name(int p) {
   return p >= 0 && p < phase::kCount ? names[p] : "?";
 }
 
-struct TraceEvent {
-  long long clock;  // the SM's cycle counter (clock64): comparable between blocks of one SM only
-  int phase;        // phase::k...
-  int key;          // the key tile (or work tile) the phase is about, else 0
-};
-
-// Where a traced kernel writes: lane = block * 3 + warpgroup (0: producer, 1 and 2: consumers) owns
-// events[lane * capacity ...]; counts[lane] is how many it recorded (it keeps counting past
-// capacity, so an overflow is seen, not lost) and sms[lane] the SM it ran on. Device pointers.
-struct TraceSink {
-  TraceEvent* events = nullptr;
-  int* counts = nullptr;
-  int* sms = nullptr;
-  int capacity = 0;
-};
-
-// One warpgroup of one block, as the host reads it back.
-struct TraceLane {
-  int64_t block = 0;
-  int role = 0;  // 0: producer, 1 and 2: consumer warpgroups
-  int sm = 0;
-  std::vector<TraceEvent> events;
-};
+// The records, the sink and a lane read back are the course's (fa/trace.hpp): lane = block x 3 +
+// warpgroup (0: producer, 1 and 2: consumer warpgroups).
+using fa::TraceEvent;
+using fa::TraceLane;
+using fa::TraceSink;
 
 }  // namespace lesson13

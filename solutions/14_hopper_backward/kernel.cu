@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "13_hopper/wgmma.hpp"  // lesson 13's layouts: the swizzle, the descriptors, the accumulator
 #include "fa/cuda_check.hpp"
@@ -33,8 +34,10 @@
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
 #include "fa/tensor_map.hpp"
+#include "fa/trace.cuh"
 #include "fa/wgmma.cuh"
 #include "plan.hpp"
+#include "trace.hpp"
 
 namespace {
 
@@ -99,11 +102,14 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 // ---- 2. The main kernel ---------------------------------------------------------------------------
 // Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
 // (batch, query head, query tile) and consumer warpgroup, how many adds into that share are done.
-template <class T, int D, int kMode>
+//
+// kTrace (trace.hpp): five threads a block record the SM's clock at every change of phase (mark
+// below); the other instantiations compile the marks away.
+template <class T, int D, int kMode, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
-                    const float* delta, float* dq_accum, int* sem, int padded, int chunk, int stress) {
+                    const float* delta, float* dq_accum, int* sem, int padded, int chunk, int stress, const fa::TraceSink trace) {
   using S = lesson14::Smem<D>;
   using Split = lesson14::DqSplit<D, kMode == kOrdered>;
   constexpr bool kByKeys = Split::by_keys;  // dQ split between the warpgroups by keys (d 64, not ordered)
@@ -148,6 +154,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  namespace ph = lesson14::phase;
+  [[maybe_unused]] int n_marks = 0;
+  // Called by one recording thread of `role` (trace.hpp): the producer's, thread 0 of a consumer
+  // warpgroup, lane 0 of a dQ writer.
+  auto mark = [&](int role, int phase, int64_t key) {
+    fa::trace_mark<kTrace>(trace, lesson14::kTraceRoles * int(blockIdx.x) + role, n_marks, phase, key, phase == ph::kExit);
+  };
   if (threadIdx.x == 0) {
     fa::mbar_init(kv_full, 1);
     for (int s = 0; s < S::stages; ++s) {
@@ -169,6 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa::set_max_registers_dec<40>();
     const int warp = tid / 32;
     if (warp == 0 && tid == 0) {
+      mark(0, ph::kSetup, 0);
       fa::tile_count_begin(p, work, k0, kKeys, kRows + fa::kKeysOwned);
       fa::mbar_expect_tx(kv_full, 2 * S::kv_bytes);
       for (int c = 0; c < D / 64; ++c) {
@@ -177,13 +191,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       for (int it = 0; it < n_iter; ++it) {
         const int s = it % S::stages;
+        const Visit v = visit(it);
+        mark(0, ph::kWaitEmpty, v.tile);
         // TODO(2): from the second round on, stage s held tile it - S::stages: wait for the
         //   consumers' release of it (empty[s], the phase of round it / S::stages - 1).
         // BEGIN SOLUTION
         if (it >= S::stages) fa::mbar_wait(empty + 8 * s, ((it / S::stages) - 1) & 1);
         // END SOLUTION
+        mark(0, ph::kCopy, v.tile);
         fa::tile_count_visit(p, work);
-        const Visit v = visit(it);
         const int bh = v.bh, q0 = v.qt * kRows;
         const uint32_t bar = full + 8 * s;
         fa::mbar_expect_tx(bar, 2 * S::q_bytes + 2 * S::stat_bytes);
@@ -195,11 +211,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         fa::bulk_load(base + S::lse + s * S::stat_bytes, lse2 + stat, S::stat_bytes, bar);
         fa::bulk_load(base + S::delta + s * S::stat_bytes, delta + stat, S::stat_bytes, bar);
       }
+      mark(0, ph::kExit, 0);
     } else if (kMode != kAtomic && (warp == 1 || warp == 2)) {
       // ---- dQ writer of consumer warpgroup `warp`: per tile, wait until the share is staged
       // (dq_full of its buffer, tile it in buffer it & 1), add it to the accumulator with one bulk
       // reduce-add, and free the buffer (dq_empty) once the reduce has read it. The consumers only
       // store and go on: with two buffers, they wait only if the reduce of two tiles ago is unread.
+      const int role = 2 + warp;  // the trace's: 3 and 4
+      if (tid % 32 == 0) mark(role, ph::kSetup, 0);
       for (int it = 0; it < n_iter; ++it) {
         const Visit v = visit(it);
         const int qt = v.qt;
@@ -207,6 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float* acc = dq_accum + Split::share_start(tile, warp);
         const int buf = 2 * (warp - 1) + (it & 1);
         const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
+        if (tid % 32 == 0) mark(role, ph::kWaitShare, tile);
         fa::mbar_wait(dq_full + 8 * buf, (it / 2) & 1);
         if (tid % 32 == 0) {
           int* my_sem = sem + tile * 2 + (warp - 1);
@@ -223,9 +243,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           // The tests' stress mode (FA_LESSON14_STRESS=1): hold each share up to about 8 us before
           // adding it, so that consumers running ahead find their buffer still unread.
+          mark(role, ph::kReduce, tile);
           if (stress) __nanosleep(uint32_t(tile * 2654435761u) >> 19);
           fa::bulk_reduce_add_f32(acc, dq_s, kDqBytes);
           fa::bulk_commit();
+          mark(role, ph::kWaitRead, tile);
           if constexpr (kMode == kOrdered) {
             fa::bulk_wait<0>();              // the adds are done ...
             fa::fence_proxy_async_global();  // ... ordered before this thread's generic accesses ...
@@ -237,13 +259,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         __syncwarp();
       }
-      if (tid % 32 == 0) fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
+      if (tid % 32 == 0) {
+        fa::bulk_wait<0>();  // no bulk copy may outlive the block's shared memory
+        mark(role, ph::kExit, 0);
+      }
     }
     return;
   }
 
   // ---- Consumers: warpgroup 1 owns keys k0 .. k0 + 63, warpgroup 2 keys k0 + 64 .. k0 + 127.
   fa::set_max_registers_inc<232>();
+  const bool rec = tid == 0;  // this warpgroup's recording thread (trace.hpp)
+  if (rec) mark(wg, ph::kSetup, 0);
   const int kw = 64 * (wg - 1);
   const int lane = tid % 32;
   const float sl2 = p.scale * fa::kLog2e;
@@ -306,8 +333,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int s = it % S::stages;
     const Visit v = visit(it);
     const int q0 = v.qt * kRows;
+    if (rec) mark(wg, ph::kWaitTile, v.tile);
     const uint32_t q_s = q_addr + s * S::q_bytes, do_s = do_addr + s * S::q_bytes, ds_s = ds_addr + (it & 1) * S::ds_bytes;
     fa::mbar_wait(full + 8 * s, (it / S::stages) & 1);
+    if (rec) mark(wg, ph::kIssueSdP, v.tile);
 
     // This tile's LSE2 for the thread's query rows, into registers before the products are issued:
     // a thread's floats 4 j .. 4 j + 3 sit in query rows (columns of S^T) 8 j + 2 t and 8 j + 2 t + 1,
@@ -347,7 +376,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // BEGIN SKELETON
     // for (int i = 0; i < kRows / 2; ++i) st[i] = dpt[i] = 0.f;
     // END SKELETON
+    if (rec) mark(wg, ph::kWaitS, v.tile);
     fa::wgmma_wait<1>();  // S^T is done; dP^T may still run under the exponentials
+    if (rec) mark(wg, ph::kExp, v.tile);
 
     // P^T = exp2(S^T scale log2(e) - LSE2), 0 where the key is masked or past seqlen_k (its K row
     // is zero-filled, and exp2(0 - LSE2) is not 0).
@@ -369,7 +400,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kRows / 2; ++i) st[i] = fa::ex2(fmaf(st[i], sl2, -(i % 2 ? lse[i / 4].y : lse[i / 4].x)));
     }
+    if (rec) mark(wg, ph::kWaitDp, v.tile);
     fa::wgmma_wait<0>();  // dP^T is done: its operand reads no longer hold shared memory
+    if (rec) mark(wg, ph::kDs, v.tile);
     // D by pairs, all 8 loads issued before the first is used.
     const float2* delta_pairs = reinterpret_cast<const float2*>(delta_s + s * kRows) + tid % 4;
     float2 dd[kRows / 8];
@@ -394,6 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pa[kk][r] = fa::pack2<T>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
         da[kk][r] = fa::pack2<T>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
       }
+    if (rec) mark(wg, ph::kIssueDvStore, v.tile);
     fa::wgmma_fence();
     // TODO(5): dV += P^T dO: kRows / 16 steps of wgmma_rs<T, D>, A = pa[kk], B = dO read N-major
     //   (the head dimension is dV's N); commit.
@@ -414,6 +448,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t addr = ds_s + lesson13::tile_offset(kKeys, kw + rc.row, rc.col);
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(da[i / 8][(i % 8) / 2]) : "memory");
     }
+    if (rec) mark(wg, ph::kBarrier, v.tile);
     fa::fence_proxy_async();  // the writes above, before wgmma (the async proxy) reads them
     if constexpr (kByKeys) {  // this warpgroup's rows of dS^T are in (its own barrier: compile-time ids)
       if (wg == 1) fa::named_sync(kBarDsWg, 128);
@@ -421,6 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       fa::named_sync(kBarDs, 256);  // both warpgroups' dS^T are in (dV runs meanwhile)
     }
+    if (rec) mark(wg, ph::kIssueDqDk, v.tile);
 
     // dQ's share = dS K, issued before dK, so that it leaves the registers while dK is on the tensor
     // cores. By columns (d 128): 64 rows x this warpgroup's D / 2 columns, over all 128 keys. By
@@ -452,12 +488,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kRows / 16; ++kk) fa::wgmma_rs<T, D>(dk, da[kk], mnmajor_desc(q_s, kRows, kk), 1);
     fa::wgmma_commit();
     // END SOLUTION
+    if (rec) mark(wg, ph::kWaitDvDq, v.tile);
     fa::wgmma_wait<1>();  // dV and dQ are done; dK may still run
+    if (rec) mark(wg, ph::kDqOut, v.tile);
     add_dq(v.tile, it);
+    if (rec) mark(wg, ph::kWaitDk, v.tile);
     fa::wgmma_wait<0>();  // dK is done: Q, dO and this stage's LSE2 and D are free
     if (lane == 0) fa::mbar_arrive(empty + 8 * s);
   }
 
+  if (rec) mark(wg, ph::kEpilogue, 0);
   // dK = scale * dK and dV, rows < seqlen_k, through their strides.
   T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
   T* dvb = static_cast<T*>(p.dv) + b * p.dv_stride.batch + hk * p.dv_stride.head;
@@ -475,6 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // END SKELETON
     *reinterpret_cast<uint32_t*>(dvb + int64_t(key) * p.dv_stride.row + rc.col) = fa::pack2<T>(dv[i], dv[i + 1]);
   }
+  if (rec) mark(wg, ph::kExit, 0);
 }
 
 // ---- 3. Postprocess -------------------------------------------------------------------------------
@@ -510,8 +551,8 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
 }
 
 // ---- Host ----------------------------------------------------------------------------------------
-template <class T, int D, int kMode>
-void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
+template <class T, int D, int kMode, bool kTrace>
+void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::TraceSink& trace) {
   constexpr int smem = lesson14::Smem<D>::total;
   static_assert(smem <= lesson14::kMaxSmem, "over Hopper's 227 KB of shared memory per block");
   const int padded = padded_rows(p.seqlen_q);
@@ -533,7 +574,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
   const CUtensorMap tdo = fa::make_tensor_map("14_hopper_backward", p.dout, p.dtype, int(bh), p.seqlen_q, D, kRows);
   const CUtensorMap tk = fa::make_tensor_map("14_hopper_backward", p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = fa::make_tensor_map("14_hopper_backward", p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
-  auto kernel = backward_kernel<T, D, kMode>;
+  auto kernel = backward_kernel<T, D, kMode, kTrace>;
   static bool configured = false;
   if (!configured) {
     fa::allow_smem(kernel, smem);
@@ -544,7 +585,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
   // The deterministic mode keeps a group's blocks together (chunk 1): its blocks start from the
   // last key block, so chunks would start every group's lightest blocks first and its heaviest last.
   const int chunk = kMode == kOrdered ? 1 : lesson14::launch_chunk(n_kt, p.batch * p.heads_kv, fa::current_device().sm_count);
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, chunk, stress);
+  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, chunk, stress, trace);
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
@@ -552,7 +593,9 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream) {
+// With a trace sink, the traced kernel (fp16 and the default dQ mode only: enough to see the
+// schedule, and it keeps the traced instantiations to two).
+void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, const fa::TraceSink* trace = nullptr) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
@@ -564,10 +607,17 @@ void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream) {
     throw fa::InvalidArgument("lesson 14_hopper_backward: batch * heads_q must be below 2^31");
   if (int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch > INT32_MAX)
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
+  if (trace) {
+    if (p.dtype != fa::DType::kF16 || mode != kBulk)
+      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16 and the default dQ mode only");
+    if (p.head_dim == 64) launch<__half, 64, kBulk, true>(p, stress, stream, *trace);
+    else launch<__half, 128, kBulk, true>(p, stress, stream, *trace);
+    return;
+  }
   auto go = [&](auto mode_tag) {
     constexpr int kMode = decltype(mode_tag)::value;
-    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode>(p, stress, stream)));
-    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode>(p, stress, stream)));
+    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode, false>(p, stress, stream, {})));
+    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode, false>(p, stress, stream, {})));
   };
   if (mode == kAtomic) go(std::integral_constant<int, kAtomic>{});
   else if (mode == kBulk) go(std::integral_constant<int, kBulk>{});
@@ -586,7 +636,24 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
   }
   // FA_LESSON14_STRESS=1 (tests/lesson14_gpu_test.cpp): the dQ writers wait a while before each add.
   const char* st = std::getenv("FA_LESSON14_STRESS");
-  run(p, p.deterministic ? kOrdered : mode, st && std::string(st) == "1", stream);
+  const int stress = st && std::string(st) == "1";
+  if (p.deterministic) mode = kOrdered;
+  // FA_LESSON14_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks
+  // that ran on SMs 0 .. FA_LESSON14_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
+  // head_dim,sm,block,role,clock,phase,key (trace.hpp; plots/plot.py --phases reduces them to one
+  // tile's phases). FA_LESSON14_TRACE_EVENTS (default 8192) bounds the records per thread. Not for
+  // timing: the call waits for the kernel and copies the records back.
+  if (const char* path = std::getenv("FA_LESSON14_TRACE")) {
+    const char* who = "lesson 14_hopper_backward";
+    const int capacity = fa::env_int(who, "FA_LESSON14_TRACE_EVENTS", 1 << 13, 1);
+    const int sms = fa::env_int(who, "FA_LESSON14_TRACE_SMS", 2, 1);
+    const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
+    const std::vector<fa::TraceLane> lanes = fa::run_traced(who, blocks * lesson14::kTraceRoles, lesson14::kTraceRoles, capacity, stream,
+                                                            [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
+    fa::write_trace_csv(who, path, lanes, sms, "head_dim", std::to_string(p.head_dim), lesson14::phase_name);
+    return;
+  }
+  run(p, mode, stress, stream);
 }
 
 }  // namespace
