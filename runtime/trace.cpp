@@ -10,18 +10,19 @@
 
 namespace fa {
 
-std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, cudaStream_t stream,
-                                  const std::function<void(const TraceSink&)>& launch) {
+std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, const std::string& capacity_setting,
+                                  cudaStream_t stream, const std::function<void(const TraceSink&)>& launch) {
   if (capacity < 1) throw InvalidArgument(who + ": the trace needs a capacity >= 1 event per lane");
   if (roles < 1 || lanes % roles != 0) throw InvalidArgument(who + ": trace lanes must be whole blocks of " + std::to_string(roles));
-  if (lanes * capacity > INT_MAX)
+  if (lanes < 1 || capacity > INT_MAX / lanes)
     throw InvalidArgument(who + ": the trace needs " + std::to_string(lanes) + " lanes x " + std::to_string(capacity) +
-                          " events, over 2^31 records: trace a smaller problem or fewer events");
+                          " events, over 2^31 records: trace a smaller problem or lower " + capacity_setting);
   // fa::Buffer: freed on every path, and guarded (a record written past the end is caught).
   Buffer event_buf(Memory::kDevice, sizeof(TraceEvent) * size_t(lanes) * size_t(capacity), who + "'s trace records");
   Buffer count_buf(Memory::kDevice, sizeof(int) * size_t(lanes), who + "'s trace counts");
   Buffer sm_buf(Memory::kDevice, sizeof(int) * size_t(lanes), who + "'s trace SMs");
-  count_buf.poison();  // 0xFF bytes: -1, a lane that never recorded its last mark
+  // 0xFF bytes: -1, a lane that never recorded its last mark; on the kernel's stream, before it.
+  FA_CUDA_CHECK(cudaMemsetAsync(count_buf.data(), 0xFF, count_buf.bytes(), stream));
   const TraceSink sink{static_cast<TraceEvent*>(event_buf.data()), static_cast<int*>(count_buf.data()),
                        static_cast<int*>(sm_buf.data()), capacity};
   launch(sink);
@@ -35,7 +36,8 @@ std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int rol
     if (n < 0) throw Error(who + ": trace lane " + std::to_string(i) + " never reached its end");
     if (n > capacity)
       throw Error(who + ": block " + std::to_string(i / roles) + ", role " + std::to_string(i % roles) + " recorded " +
-                  std::to_string(n) + " trace events, more than the capacity of " + std::to_string(capacity));
+                  std::to_string(n) + " trace events, more than the capacity of " + std::to_string(capacity) + " (raise " +
+                  capacity_setting + ")");
     TraceLane& l = out[size_t(i)];
     l.block = i / roles;
     l.role = int(i % roles);

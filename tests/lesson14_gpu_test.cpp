@@ -151,9 +151,10 @@ std::vector<Record> read_trace(const std::string& path) {
 TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trace accounts for every tile once per key block") {
   // FA_LESSON14_TRACE (README, "How to profile"): the traced build must give the right gradients,
   // and its records must show every block's five recording threads from setup to exit, in clock
-  // order, and each query tile copied, waited for by both consumer warpgroups and added by both
-  // dQ writers once for each key block that sees it (causal, bottom-right aligned: the key blocks
-  // kt with kt x 128 <= (qt + 1) x 64 - 1 + seqlen_k - seqlen_q): the test's own statement.
+  // order, each tile's phases in the order trace.hpp lists them, and each query tile copied,
+  // waited for by both consumer warpgroups and added by both dQ writers once for each key block
+  // that sees it (causal, bottom-right aligned: the key blocks kt with kt x 128 <= (qt + 1) x 64
+  // - 1 + seqlen_k - seqlen_q): the test's own statement.
   const std::string path = "lesson14_trace_test.csv";
   ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), sms("FA_LESSON14_TRACE_SMS", "100000");
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
@@ -169,11 +170,28 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
     std::map<std::pair<long long, int>, std::vector<const Record*>> lanes;
     for (const Record& r : rec) lanes[{r.block, r.role}].push_back(&r);
     CHECK(lanes.size() == size_t(blocks * 5));
+    // Each role's records: setup, then per tile its phases in order, then (consumers) the
+    // epilogue, then exit.
+    const std::vector<std::vector<std::string>> per_tile_phases = {
+        {"wait_empty", "copy"},
+        {"wait_tile", "issue_s_dp", "wait_s", "exp", "wait_dp", "ds", "issue_dv_store_ds", "barrier", "issue_dq_dk", "wait_dv_dq",
+         "dq_out", "wait_dk"},
+        {},
+        {"wait_share", "reduce", "wait_read"}};
     for (const auto& [lane, ev] : lanes) {
       INFO("block ", lane.first, ", role ", lane.second);
-      CHECK(ev.front()->phase == "setup");
-      CHECK(ev.back()->phase == "exit");
       for (size_t i = 1; i < ev.size(); ++i) CHECK(ev[i]->clock >= ev[i - 1]->clock);
+      const int role = lane.second;
+      const std::vector<std::string>& tile = per_tile_phases[role == 2 ? 1 : role == 4 ? 3 : role];
+      std::vector<std::string> want = {"setup"};
+      const size_t tail = role == 1 || role == 2 ? 2 : 1;  // epilogue and exit, or exit
+      const size_t tiles = ev.size() >= 1 + tail ? (ev.size() - 1 - tail) / tile.size() : 0;
+      for (size_t t = 0; t < tiles; ++t) want.insert(want.end(), tile.begin(), tile.end());
+      if (tail == 2) want.push_back("epilogue");
+      want.push_back("exit");
+      std::vector<std::string> got;
+      for (const Record* r : ev) got.push_back(r->phase);
+      CHECK(got == want);
     }
     // (role, phase) -> tile -> times recorded
     std::map<std::pair<int, std::string>, std::map<int, int>> seen;
@@ -194,6 +212,7 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
 }
 
 TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
+  // Also the deterministic mode, which the traced build does not have.
   const std::string path = "lesson14_trace_errors.csv";
   ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), events("FA_LESSON14_TRACE_EVENTS", "4");
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
@@ -203,5 +222,8 @@ TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is a
   CHECK_MESSAGE(over.text.find("more than the capacity of 4") != std::string::npos, over.text);
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 64, fa::DType::kBF16, true, 4, 2), [](fa::AttnParams&) {},
                                             "fp16 and the default dQ mode only", fa::test::Direction::kBackward));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 128, fa::DType::kF16, true, 4, 2),
+                                            [](fa::AttnParams& p) { p.deterministic = true; }, "fp16 and the default dQ mode only",
+                                            fa::test::Direction::kBackward));
   std::remove(path.c_str());
 }

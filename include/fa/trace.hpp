@@ -41,11 +41,12 @@ struct TraceLane {
 };
 
 // Runs `launch(sink)` with room for `capacity` records in each of `lanes` lanes (`roles` a block),
-// waits for the stream and reads every lane back. Throws, naming `who`, if lanes x capacity is
-// 2^31 or more (kernels index the records with 32-bit integers), if a lane never recorded its
-// last mark, or if a lane recorded more than `capacity` (none is dropped silently).
-std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, cudaStream_t stream,
-                                  const std::function<void(const TraceSink&)>& launch);
+// waits for the stream and reads every lane back. Throws, naming `who` and the setting that gave
+// the capacity (`capacity_setting`, an environment variable), if lanes x capacity is 2^31 or more
+// (kernels index the records with 32-bit integers), if a lane never recorded its last mark, or if
+// a lane recorded more than `capacity` (none is dropped silently).
+std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, const std::string& capacity_setting,
+                                  cudaStream_t stream, const std::function<void(const TraceSink&)>& launch);
 
 // Writes the records of the lanes that ran on SMs 0 .. max_sm - 1 to `path` as CSV, one row a
 // record: `<label column>,sm,block,role,clock,phase,key`, the label column holding `label` in

@@ -528,7 +528,7 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
 // back (fa::run_traced: throws if a warpgroup recorded more than `capacity` events).
 std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, int max_blocks, int capacity, cudaStream_t stream) {
   const int64_t lanes = 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
-  return fa::run_traced("lesson 13_hopper", lanes, 3, capacity, stream,
+  return fa::run_traced("lesson 13_hopper", lanes, 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
                         [&](const fa::TraceSink& sink) { run_step(p, step, max_blocks, stream, &sink); });
 }
 

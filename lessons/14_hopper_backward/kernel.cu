@@ -15,7 +15,7 @@
 //      dQ's sum runs over every key block, so it cannot stay in one block: the consumers stage their
 //      shares in shared memory and a dQ writer warp adds each with one TMA bulk reduce-add into an
 //      fp32 accumulator (default; or fp32 atomics from the consumers), or, deterministic, in
-//      key-block order behind a per-tile semaphore;
+//      key-block order behind a semaphore per query tile and warpgroup;
 //   3. postprocess_kernel: dQ = scale * accumulator, rounded to fp16/bf16.
 // Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
 // (bottom-right aligned) and not; GQA and MQA.
@@ -107,8 +107,9 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 }
 
 // ---- 2. The main kernel ---------------------------------------------------------------------------
-// Block w: key tile w % n_kt of (batch, kv head) w / n_kt. `sem` (deterministic mode): per
-// (batch, query head, query tile) and consumer warpgroup, how many adds into that share are done.
+// Block w: the (batch, kv head) and key tile block_tile says (plan.hpp: the launch order). `sem`
+// (deterministic mode): per (batch, query head, query tile) and consumer warpgroup, how many adds
+// into that share are done.
 //
 // kTrace (trace.hpp): five threads a block record the SM's clock at every change of phase (mark
 // below); the other instantiations compile the marks away.
@@ -281,15 +282,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   float dv[D / 2], dk[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
-  // This warpgroup's 64 rows of K and V (in every column block), and (split by columns, d 128) its
-  // half of dQ's columns: n0 .. n0 + D / 2 - 1, which are K's columns in dQ = dS K.
+  // This warpgroup's 64 rows of K and V (in every column block), and (split by columns: head dim
+  // 128, and the deterministic mode at 64) its half of dQ's columns: n0 .. n0 + D / 2 - 1, which
+  // are K's columns in dQ = dS K. At head dim 64 warpgroup 2's half starts 64 bytes into K's
+  // 128-byte swizzled rows: the descriptor's start address may sit inside a swizzle row, since the
+  // hardware swizzles the address it computes (as the K-major steps of 32 bytes do).
   const uint32_t k_rows = k_addr + kw * 128, v_rows = v_addr + kw * 128;
   const int n0 = kByKeys ? 0 : (wg - 1) * (D / 2);
   const uint32_t k_cols = k_addr + (n0 / 64) * kKeys * 128 + (n0 % 64) * 2;
   // dQ's share of tile `tile` (its (batch, head, query tile) index), out of the registers. The
   // accumulator keeps each share in the order the threads hold it (fragment-major): kDqCols / 8
   // chunks of 128 threads x 4 floats (thread tid's floats 4 c .. 4 c + 3 at chunk c), where
-  // dq_share_start says (plan.hpp); the postprocess reads it back in that order.
+  // DqSplit::share_start says (plan.hpp); the postprocess reads it back in that order.
   float dq[kDqCols / 2];
   auto add_dq = [&](int64_t tile, int it) {
     if constexpr (kMode == kAtomic) {
@@ -368,11 +372,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool masked = k0 + kKeys > p.seqlen_k || (p.causal && q0 + offset < k0 + kKeys - 1);
     // TODO(4): st[i] = P^T: exp2(S^T sl2 - LSE2 of its query row), or 0 where `masked` and the key
     //   is past seqlen_k or (causal) after row + offset (acc_element: row = key, col = query row; the
-    //   row's LSE2 is lse[i / 4].x for even i, .y for odd); then, once dP^T is done, dpt[i] = dS^T =
-    //   P^T (dP^T - D of its query row) (this stage's D rows: delta_s + s * kRows, in pairs as LSE2).
-    fa::wgmma_wait<0>();
+    //   row's LSE2 is lse[i / 4].x for even i, .y for odd); then, below the wait for dP^T, dpt[i] =
+    //   dS^T = P^T (dP^T - D of its query row) (this stage's D rows: delta_s + s * kRows, in pairs as LSE2).
     (void)masked;
     (void)lse;
+    if (rec) mark(wg, ph::kWaitDp, v.tile);
+    fa::wgmma_wait<0>();  // dP^T is done: its operand reads no longer hold shared memory
+    if (rec) mark(wg, ph::kDs, v.tile);
 
     // dV += P^T dO and dK += dS^T Q, P^T and dS^T from registers: the accumulator's floats
     // 8 kk .. 8 kk + 7 are the A operand of k16 step kk (lesson 13's a_element).
@@ -411,8 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (rec) mark(wg, ph::kIssueDqDk, v.tile);
 
     // dQ's share = dS K, issued before dK, so that it leaves the registers while dK is on the tensor
-    // cores. By columns (d 128): 64 rows x this warpgroup's D / 2 columns, over all 128 keys. By
-    // keys (d 64): 64 rows x all D columns, over this warpgroup's 64 keys.
+    // cores. By columns (d 128, and deterministic at 64): 64 rows x this warpgroup's D / 2 columns,
+    // over all 128 keys. By keys (d 64): 64 rows x all D columns, over this warpgroup's 64 keys.
     fa::wgmma_fence();
     // TODO(6): dQ's share: by columns, kKeys / 16 steps of wgmma_ss<T, D / 2, 1, 1> into dq, A = dS
     //   read transposed from the dS^T tile (M-major: mnmajor_desc over its kKeys rows), B = K's
@@ -576,8 +582,9 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
     const int capacity = fa::env_int(who, "FA_LESSON14_TRACE_EVENTS", 1 << 13, 1);
     const int sms = fa::env_int(who, "FA_LESSON14_TRACE_SMS", 2, 1);
     const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
-    const std::vector<fa::TraceLane> lanes = fa::run_traced(who, blocks * lesson14::kTraceRoles, lesson14::kTraceRoles, capacity, stream,
-                                                            [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
+    const std::vector<fa::TraceLane> lanes =
+        fa::run_traced(who, blocks * lesson14::kTraceRoles, lesson14::kTraceRoles, capacity, "FA_LESSON14_TRACE_EVENTS", stream,
+                       [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
     fa::write_trace_csv(who, path, lanes, sms, "head_dim", std::to_string(p.head_dim), lesson14::phase_name);
     return;
   }
