@@ -100,6 +100,13 @@ TEST_CASE("lesson14: deterministic mode with more key blocks than fit on the GPU
       INFO("head dim ", d, ", causal ", causal);
       FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(64, 40000, d, fa::DType::kF16, causal, 1, 1), true));
     }
+  // Several groups in the launch order: 2 batches x 2 K/V heads (GQA 2) x 313 key blocks.
+  {
+    fa::test::Case c = make(64, 40000, 64, fa::DType::kF16, true, 4, 2);
+    c.batch = 2;
+    INFO("2 batches, 4 query heads on 2 K/V heads");
+    FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c, true));
+  }
   // Bitwise across runs where the suite does not look: six query heads on two K/V heads, four key
   // blocks per query tile, at head dim 64 in bf16 and 128 in fp16.
   for (int d : {64, 128})

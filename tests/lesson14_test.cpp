@@ -109,6 +109,29 @@ TEST_CASE("lesson14: the launch order covers every block once, heaviest first, a
               for (int other = bk / chunk * chunk; other < std::min(n_bk, bk / chunk * chunk + chunk); ++other)
                 CHECK(index[size_t(bk) * n_kt] < index[size_t(other) * n_kt + 1]);
         }
+  // block_tile with any chunk, a last chunk narrower than the others included (launch_chunk only
+  // returns divisors of n_bk): still every block once, and a group's key blocks in order.
+  for (int n_kt : {1, 2, 7})
+    for (int n_bk : {1, 3, 5, 8})
+      for (int chunk = 1; chunk <= n_bk + 1; ++chunk)
+        for (bool from_last : {false, true}) {
+          INFO(n_kt, " key blocks, ", n_bk, " groups, chunk ", chunk, ", from the last ", from_last);
+          std::vector<int64_t> index(size_t(n_kt) * n_bk, -1);
+          for (int64_t w = 0; w < int64_t(n_kt) * n_bk; ++w) {
+            const lesson14::BlockTile t = lesson14::block_tile(w, n_kt, n_bk, chunk, from_last);
+            REQUIRE(t.bk >= 0);
+            REQUIRE(t.bk < n_bk);
+            REQUIRE(t.kt >= 0);
+            REQUIRE(t.kt < n_kt);
+            CHECK(index[size_t(t.bk) * n_kt + t.kt] == -1);
+            index[size_t(t.bk) * n_kt + t.kt] = w;
+          }
+          for (int bk = 0; bk < n_bk; ++bk)
+            for (int kt = 0; kt + 1 < n_kt; ++kt) {
+              const int64_t lo = index[size_t(bk) * n_kt + kt], hi = index[size_t(bk) * n_kt + kt + 1];
+              CHECK((from_last ? hi < lo : lo < hi));
+            }
+        }
 }
 
 TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where the thread wrote it") {
