@@ -60,6 +60,16 @@ void write_trace_csv(const std::string& who, const std::string& path, const std:
   if (std::fclose(f) != 0) throw Error(who + ": writing the trace to '" + path + "' failed");
 }
 
+void trace_to_csv(const std::string& who, const std::string& setting, const std::string& path, int events, int64_t lanes, int roles,
+                  const std::string& label_column, const std::string& label, const char* (*phase_name)(int), cudaStream_t stream,
+                  const std::function<void(const TraceSink&)>& launch) {
+  const std::string events_setting = setting + "_EVENTS";
+  const int capacity = env_int(who, events_setting.c_str(), events, 1);
+  const int sms = env_int(who, (setting + "_SMS").c_str(), 2, 1);
+  write_trace_csv(who, path, run_traced(who, lanes, roles, capacity, events_setting, stream, launch), sms, label_column, label,
+                  phase_name);
+}
+
 int env_int(const std::string& who, const char* name, int fallback, int lo) {
   const char* e = std::getenv(name);
   if (!e) return fallback;

@@ -179,19 +179,17 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
     CHECK(lanes.size() == size_t(blocks * 5));
     // Each role's records: setup, then per tile its phases in order, then (consumers) the
     // epilogue, then exit.
-    const std::vector<std::vector<std::string>> per_tile_phases = {
-        {"wait_empty", "copy"},
-        {"wait_tile", "issue_s_dp", "wait_s", "exp", "wait_dp", "ds", "issue_dv_store_ds", "barrier", "issue_dq_dk", "wait_dv_dq",
-         "dq_out", "wait_dk"},
-        {},
-        {"wait_share", "reduce", "wait_read"}};
+    const std::vector<std::string> producer = {"wait_empty", "copy"}, writer = {"wait_share", "reduce", "wait_read"},
+                                   consumer = {"wait_tile", "issue_s_dp", "wait_s", "exp", "wait_dp", "ds", "issue_dv_store_ds",
+                                               "barrier", "issue_dq_dk", "wait_dv_dq", "dq_out", "wait_dk"};
     for (const auto& [lane, ev] : lanes) {
       INFO("block ", lane.first, ", role ", lane.second);
       for (size_t i = 1; i < ev.size(); ++i) CHECK(ev[i]->clock >= ev[i - 1]->clock);
-      const int role = lane.second;
-      const std::vector<std::string>& tile = per_tile_phases[role == 2 ? 1 : role == 4 ? 3 : role];
+      const int role = lane.second;  // 0: producer, 1 and 2: consumers, 3 and 4: writers
+      const bool is_consumer = role == 1 || role == 2;
+      const std::vector<std::string>& tile = role == 0 ? producer : is_consumer ? consumer : writer;
       std::vector<std::string> want = {"setup"};
-      const size_t tail = role == 1 || role == 2 ? 2 : 1;  // epilogue and exit, or exit
+      const size_t tail = is_consumer ? 2 : 1;  // epilogue and exit, or exit
       const size_t tiles = ev.size() >= 1 + tail ? (ev.size() - 1 - tail) / tile.size() : 0;
       for (size_t t = 0; t < tiles; ++t) want.insert(want.end(), tile.begin(), tile.end());
       if (tail == 2) want.push_back("epilogue");
@@ -204,13 +202,13 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
     std::map<std::pair<int, std::string>, std::map<int, int>> seen;
     for (const Record& r : rec)
       if (r.phase == "copy" || r.phase == "wait_tile" || r.phase == "reduce") ++seen[{r.role, r.phase}][r.key];
+    std::map<int, int> want;  // tile -> the key blocks that see it
+    for (int bh = 0; bh < c.batch * c.heads_q; ++bh)
+      for (int qt = 0; qt < n_qt; ++qt)
+        for (int kt = 0; kt < n_kt; ++kt)
+          if (kt * 128 <= (qt + 1) * 64 - 1 + offset) ++want[bh * n_qt + qt];
     const std::vector<std::pair<int, std::string>> per_tile = {{0, "copy"}, {1, "wait_tile"}, {2, "wait_tile"}, {3, "reduce"}, {4, "reduce"}};
     for (const auto& rp : per_tile) {
-      std::map<int, int> want;
-      for (int bh = 0; bh < c.batch * c.heads_q; ++bh)
-        for (int qt = 0; qt < n_qt; ++qt)
-          for (int kt = 0; kt < n_kt; ++kt)
-            if (kt * 128 <= (qt + 1) * 64 - 1 + offset) ++want[bh * n_qt + qt];
       INFO("role ", rp.first, ", phase ", rp.second);
       CHECK(seen[rp] == want);
     }

@@ -73,6 +73,33 @@ TEST_CASE("lesson14: the key blocks visiting a query tile are blocks 0 .. last_k
       }
 }
 
+namespace {
+
+// block_tile's blocks for n_bk groups of n_kt key blocks in chunks of `chunk`: checks that each
+// (group, key block) is owned by exactly one block, and that a group's key blocks come in order
+// (default: key block kt, with more query tiles under the causal mask, before kt + 1; from the
+// last: kt + 1, whose dQ adds kt waits for, first). Returns (bk, kt) -> the block that owns it.
+std::vector<int64_t> check_block_tiles(int n_kt, int n_bk, int chunk, bool from_last) {
+  std::vector<int64_t> index(size_t(n_kt) * n_bk, -1);
+  for (int64_t w = 0; w < int64_t(n_kt) * n_bk; ++w) {
+    const lesson14::BlockTile t = lesson14::block_tile(w, n_kt, n_bk, chunk, from_last);
+    REQUIRE(t.bk >= 0);
+    REQUIRE(t.bk < n_bk);
+    REQUIRE(t.kt >= 0);
+    REQUIRE(t.kt < n_kt);
+    CHECK(index[size_t(t.bk) * n_kt + t.kt] == -1);  // no (group, key block) twice
+    index[size_t(t.bk) * n_kt + t.kt] = w;
+  }
+  for (int bk = 0; bk < n_bk; ++bk)
+    for (int kt = 0; kt + 1 < n_kt; ++kt) {
+      const int64_t lo = index[size_t(bk) * n_kt + kt], hi = index[size_t(bk) * n_kt + kt + 1];
+      CHECK((from_last ? hi < lo : lo < hi));
+    }
+  return index;
+}
+
+}  // namespace
+
 TEST_CASE("lesson14: the launch order covers every block once, heaviest first, and never waits ahead") {
   require_started();
   for (int n_kt : {1, 3, 8, 32, 131, 132, 200})
@@ -85,23 +112,7 @@ TEST_CASE("lesson14: the launch order covers every block once, heaviest first, a
           CHECK(n_bk % chunk == 0);  // equal chunks: no group left to run alone at the end
           if (int64_t(n_kt) * n_bk >= 8 * sms) CHECK(chunk == 1);  // many short blocks: group by group
           CHECK((chunk == 1 || int64_t(chunk) * n_kt <= sms));     // a chunk's blocks fit in one wave
-          std::vector<int64_t> index(size_t(n_kt) * n_bk, -1);    // (bk, kt) -> the block that owns it
-          for (int64_t w = 0; w < int64_t(n_kt) * n_bk; ++w) {
-            const lesson14::BlockTile t = lesson14::block_tile(w, n_kt, n_bk, chunk, from_last);
-            REQUIRE(t.bk >= 0);
-            REQUIRE(t.bk < n_bk);
-            REQUIRE(t.kt >= 0);
-            REQUIRE(t.kt < n_kt);
-            CHECK(index[size_t(t.bk) * n_kt + t.kt] == -1);  // no (group, key block) twice
-            index[size_t(t.bk) * n_kt + t.kt] = w;
-          }
-          for (int bk = 0; bk < n_bk; ++bk)
-            for (int kt = 0; kt + 1 < n_kt; ++kt) {
-              const int64_t lo = index[size_t(bk) * n_kt + kt], hi = index[size_t(bk) * n_kt + kt + 1];
-              // Default: a group's key block kt (more query tiles under the causal mask) starts before
-              // kt + 1. From the last: kt + 1, whose dQ adds kt waits for, starts first.
-              CHECK((from_last ? hi < lo : lo < hi));
-            }
+          const std::vector<int64_t> index = check_block_tiles(n_kt, n_bk, chunk, from_last);
           // Heaviest first across groups too: within a chunk, key block 0 of every group comes
           // before key block 1 of any.
           if (!from_last && n_kt > 1)
@@ -116,21 +127,7 @@ TEST_CASE("lesson14: the launch order covers every block once, heaviest first, a
       for (int chunk = 1; chunk <= n_bk + 1; ++chunk)
         for (bool from_last : {false, true}) {
           INFO(n_kt, " key blocks, ", n_bk, " groups, chunk ", chunk, ", from the last ", from_last);
-          std::vector<int64_t> index(size_t(n_kt) * n_bk, -1);
-          for (int64_t w = 0; w < int64_t(n_kt) * n_bk; ++w) {
-            const lesson14::BlockTile t = lesson14::block_tile(w, n_kt, n_bk, chunk, from_last);
-            REQUIRE(t.bk >= 0);
-            REQUIRE(t.bk < n_bk);
-            REQUIRE(t.kt >= 0);
-            REQUIRE(t.kt < n_kt);
-            CHECK(index[size_t(t.bk) * n_kt + t.kt] == -1);
-            index[size_t(t.bk) * n_kt + t.kt] = w;
-          }
-          for (int bk = 0; bk < n_bk; ++bk)
-            for (int kt = 0; kt + 1 < n_kt; ++kt) {
-              const int64_t lo = index[size_t(bk) * n_kt + kt], hi = index[size_t(bk) * n_kt + kt + 1];
-              CHECK((from_last ? hi < lo : lo < hi));
-            }
+          check_block_tiles(n_kt, n_bk, chunk, from_last);
         }
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "fa/hopper.cuh"  // sm_id
 #include "fa/trace.hpp"
 
 namespace fa {
@@ -16,10 +17,8 @@ __device__ __forceinline__ void trace_mark(const TraceSink& sink, int lane, int&
     if (n < sink.capacity) sink.events[lane * sink.capacity + n] = {clock64(), phase, int(key & INT_MAX)};
     ++n;
     if (last) {
-      int sm;
-      asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
       sink.counts[lane] = n;
-      sink.sms[lane] = sm;
+      sink.sms[lane] = sm_id();
     }
   } else {
     (void)sink, (void)lane, (void)n, (void)phase, (void)key, (void)last;

@@ -54,6 +54,14 @@ std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int rol
 void write_trace_csv(const std::string& who, const std::string& path, const std::vector<TraceLane>& lanes, int max_sm,
                      const std::string& label_column, const std::string& label, const char* (*phase_name)(int));
 
+// A lesson's FILE=... trace setting, the same for every traced lesson: `<setting>=FILE` (read by the
+// lesson) runs `launch` through run_traced with `<setting>_EVENTS` records a lane (default
+// `events`) and writes the lanes that ran on SMs 0 .. `<setting>_SMS` - 1 (default 2) to FILE
+// with write_trace_csv. Throws, naming `who`, on a malformed setting.
+void trace_to_csv(const std::string& who, const std::string& setting, const std::string& path, int events, int64_t lanes, int roles,
+                  const std::string& label_column, const std::string& label, const char* (*phase_name)(int), cudaStream_t stream,
+                  const std::function<void(const TraceSink&)>& launch);
+
 // An integer setting from the environment (`fallback` when unset); throws, naming `who`, if it is
 // not an integer >= lo.
 int env_int(const std::string& who, const char* name, int fallback, int lo);

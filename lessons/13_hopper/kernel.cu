@@ -524,12 +524,9 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
   }
 }
 
-// The traced run: launches the traced kernel, waits for it, and reads every warpgroup's records
-// back (fa::run_traced: throws if a warpgroup recorded more than `capacity` events).
-std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, int max_blocks, int capacity, cudaStream_t stream) {
-  const int64_t lanes = 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
-  return fa::run_traced("lesson 13_hopper", lanes, 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
-                        [&](const fa::TraceSink& sink) { run_step(p, step, max_blocks, stream, &sink); });
+// The traced run's lanes: 3 warpgroups a block.
+int64_t trace_lanes(const fa::AttnParams& p, int step, int max_blocks) {
+  return 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
 }
 
 // FA_LESSON13_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks that
@@ -537,10 +534,8 @@ std::vector<lesson13::TraceLane> run_traced(const fa::AttnParams& p, int step, i
 // step,sm,block,role,clock,phase,key. plots/plot.py --timeline draws them. Not for timing: the
 // call waits for the kernel and copies the records back.
 void write_trace(const fa::AttnParams& p, int step, const std::string& path, cudaStream_t stream) {
-  const int capacity = fa::env_int("lesson 13_hopper", "FA_LESSON13_TRACE_EVENTS", 1 << 14, 1);
-  const int sms = fa::env_int("lesson 13_hopper", "FA_LESSON13_TRACE_SMS", 2, 1);
-  fa::write_trace_csv("lesson 13_hopper", path, run_traced(p, step, 0, capacity, stream), sms, "step", std::to_string(step),
-                      lesson13::phase_name);
+  fa::trace_to_csv("lesson 13_hopper", "FA_LESSON13_TRACE", path, 1 << 14, trace_lanes(p, step, 0), 3, "step", std::to_string(step),
+                   lesson13::phase_name, stream, [&](const fa::TraceSink& sink) { run_step(p, step, 0, stream, &sink); });
 }
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
@@ -562,7 +557,8 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 // the lesson's GPU test; `capacity` events at most per warpgroup, else it throws.
 std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int step, int max_blocks, int capacity,
                                                    cudaStream_t stream) {
-  return run_traced(p, step, max_blocks, capacity, stream);
+  return fa::run_traced("lesson 13_hopper", trace_lanes(p, step, max_blocks), 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
+                        [&](const fa::TraceSink& sink) { run_step(p, step, max_blocks, stream, &sink); });
 }
 
 // Runs one step of the schedule, the persistent grid capped at max_blocks blocks (0: one per SM):

@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "13_hopper/wgmma.hpp"  // lesson 13's layouts: the swizzle, the descriptors, the accumulator
 #include "fa/cuda_check.hpp"
@@ -66,6 +65,8 @@ const fa::TodoList kTodosLeft = {
 // The rows of a (batch, head)'s LSE2 and D, padded to whole query tiles: pad rows have LSE2 = +inf
 // (so P = 0 there) and D = 0, and the ring copies whole tiles of both.
 inline int padded_rows(int seqlen_q) { return fa::ceil_div(seqlen_q, kRows) * kRows; }
+// The main kernel's grid: one block per (batch, K/V head, key block).
+inline int64_t key_blocks(const fa::AttnParams& p) { return int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch; }
 
 // ---- 1. Preprocess --------------------------------------------------------------------------------
 // D / 8 threads per (padded) row, 8 values each: D_i = dO_i . O_i, LSE2_i = LSE_i log2(e), and the
@@ -586,11 +587,10 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
     configured = true;
   }
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
-  const int64_t blocks = int64_t(n_kt) * p.heads_kv * p.batch;
   // The deterministic mode keeps a group's blocks together (chunk 1): its blocks start from the
   // last key block, so chunks would start every group's lightest blocks first and its heaviest last.
   const int chunk = kMode == kOrdered ? 1 : lesson14::launch_chunk(n_kt, p.batch * p.heads_kv, fa::current_device().sm_count);
-  kernel<<<unsigned(blocks), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, chunk, stress, trace);
+  kernel<<<unsigned(key_blocks(p)), kThreads, smem, stream>>>(p, tq, tdo, tk, tv, lse2, delta, dq_accum, sem, padded, chunk, stress, trace);
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
@@ -610,7 +610,7 @@ void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, con
   // TMA's coordinates and the grid's x are 32-bit.
   if (int64_t(p.batch) * p.heads_q > INT32_MAX)
     throw fa::InvalidArgument("lesson 14_hopper_backward: batch * heads_q must be below 2^31");
-  if (int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch > INT32_MAX)
+  if (key_blocks(p) > INT32_MAX)
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
   if (trace) {
     if (p.dtype != fa::DType::kF16 || mode != kBulk)
@@ -649,14 +649,9 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
   // tile's phases). FA_LESSON14_TRACE_EVENTS (default 8192) bounds the records per thread. Not for
   // timing: the call waits for the kernel and copies the records back.
   if (const char* path = std::getenv("FA_LESSON14_TRACE")) {
-    const char* who = "lesson 14_hopper_backward";
-    const int capacity = fa::env_int(who, "FA_LESSON14_TRACE_EVENTS", 1 << 13, 1);
-    const int sms = fa::env_int(who, "FA_LESSON14_TRACE_SMS", 2, 1);
-    const int64_t blocks = int64_t(fa::ceil_div(p.seqlen_k, kKeys)) * p.heads_kv * p.batch;
-    const std::vector<fa::TraceLane> lanes =
-        fa::run_traced(who, blocks * lesson14::kTraceRoles, lesson14::kTraceRoles, capacity, "FA_LESSON14_TRACE_EVENTS", stream,
-                       [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
-    fa::write_trace_csv(who, path, lanes, sms, "head_dim", std::to_string(p.head_dim), lesson14::phase_name);
+    fa::trace_to_csv("lesson 14_hopper_backward", "FA_LESSON14_TRACE", path, 1 << 13, key_blocks(p) * lesson14::kTraceRoles,
+                     lesson14::kTraceRoles, "head_dim", std::to_string(p.head_dim), lesson14::phase_name, stream,
+                     [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
     return;
   }
   run(p, mode, stress, stream);
