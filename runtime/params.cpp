@@ -1,6 +1,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "fa/cuda_check.hpp"
 #include "fa/params.hpp"
 
 namespace fa {
@@ -55,15 +56,28 @@ LessonInfo cpu_model(const char* id, const char* title, ForwardFn forward) {
   return l;
 }
 
+namespace {
+// The GPU a lesson needs (LessonInfo::needs_sm: wgmma, TMA and setmaxnreg exist on sm_90a alone).
+void check_gpu(const LessonInfo& lesson) {
+  if (lesson.needs_sm == 0) return;
+  const DeviceInfo& dev = current_device();
+  if (dev.sm != lesson.needs_sm)
+    throw Error(std::string("lesson ") + lesson.id + ": needs " + (lesson.needs_sm == 90 ? "a Hopper GPU (sm_90a)" : "sm_" + std::to_string(lesson.needs_sm)) +
+                "; this one is sm_" + std::to_string(dev.sm));
+}
+}  // namespace
+
 void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream) {
   validate_forward(lesson, p);
   if (lesson.forward == nullptr)
     throw NotImplemented(std::string("lesson ") + lesson.id + " has no forward entry point");
+  check_gpu(lesson);
   lesson.forward(p, stream);
 }
 
 void run_backward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream) {
   validate_backward(lesson, p);
+  check_gpu(lesson);
   lesson.backward(p, stream);
 }
 

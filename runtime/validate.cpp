@@ -98,9 +98,32 @@ void check_cu_seqlens(const Checker& c, const LessonInfo& lesson, const AttnPara
   }
 }
 
-}  // namespace
+const char* pass_name(Variant::Pass pass) {
+  return pass == Variant::Pass::kForward ? "forward" : pass == Variant::Pass::kBackward ? "backward" : "forward and backward";
+}
 
-void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
+// "a, b, c": the names of the lesson's variants.
+std::string variant_names(const LessonInfo& lesson) {
+  std::string names;
+  for (const Variant& v : lesson.variants) names += (names.empty() ? "" : ", ") + v.name;
+  return names.empty() ? "none" : names;
+}
+
+// p.variant names one of the lesson's variants, of this entry point and head dim.
+void check_variant(const Checker& c, const LessonInfo& lesson, const AttnParams& p, Variant::Pass pass) {
+  const int n = static_cast<int>(lesson.variants.size());
+  if (p.variant == 0 && n == 0) return;
+  if (p.variant < 0 || p.variant >= std::max(n, 1))
+    c.fail("has no variant ", p.variant, " (its variants, from 0: ", variant_names(lesson), ")");
+  const Variant& v = lesson.variants[p.variant];
+  if (v.pass != Variant::Pass::kBoth && v.pass != pass)
+    c.fail("variant ", v.name, " is a variant of the ", pass_name(v.pass), ", not of the ", pass_name(pass));
+  if (v.head_dim != 0 && v.head_dim != p.head_dim)
+    c.fail("variant ", v.name, " runs head_dim ", v.head_dim, " only, got ", p.head_dim);
+}
+
+// The forward's rules, which the backward's include: `pass` says which entry point is called.
+void validate_call(const LessonInfo& lesson, const AttnParams& p, Variant::Pass pass) {
   const Checker c(lesson);
   const Features& f = lesson.features;
   c.positive(p.batch, "batch");
@@ -126,6 +149,11 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
     if (!ok) c.fail("head_dim must be one of {", list.str(), "}, got ", p.head_dim);
   }
   if (p.causal) c.need(f.causal, "causal masking");
+  check_variant(c, lesson, p, pass);
+  if (lesson.max_batch_heads > 0 && int64_t(p.batch) * p.heads_q > lesson.max_batch_heads)
+    c.fail("batch * heads_q must be at most ", lesson.max_batch_heads, " (",
+           lesson.max_batch_heads == 65535 ? "the grid's y or z" : "the launch's 32-bit coordinates", "), got ",
+           int64_t(p.batch) * p.heads_q);
   if (!std::isfinite(p.scale) || p.scale <= 0.f)
     c.fail("scale must be finite and > 0, got ", p.scale, " (use fa::default_scale(head_dim))");
   for (auto [ptr, name] : {std::pair<const void*, const char*>{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}})
@@ -180,10 +208,28 @@ void validate_forward(const LessonInfo& lesson, const AttnParams& p) {
   }
 }
 
+}  // namespace
+
+void validate_forward(const LessonInfo& lesson, const AttnParams& p) { validate_call(lesson, p, Variant::Pass::kForward); }
+
+int variant_index(const LessonInfo& lesson, const std::string& name) {
+  if (name.empty() || name == "default") return 0;
+  for (size_t i = 0; i < lesson.variants.size(); ++i)
+    if (lesson.variants[i].name == name) return static_cast<int>(i);
+  Checker(lesson).fail("has no variant '", name, "' (its variants: ", variant_names(lesson), ")");
+}
+
+bool variant_applies(const LessonInfo& lesson, int v, Variant::Pass pass, int head_dim) {
+  if (lesson.variants.empty()) return v == 0;
+  if (v < 0 || v >= static_cast<int>(lesson.variants.size())) return false;
+  const Variant& x = lesson.variants[v];
+  return (x.pass == Variant::Pass::kBoth || x.pass == pass) && (x.head_dim == 0 || x.head_dim == head_dim);
+}
+
 void validate_backward(const LessonInfo& lesson, const AttnParams& p) {
   const Checker c(lesson);
   if (lesson.backward == nullptr) c.fail("has no backward entry point (backward starts at lesson 10)");
-  validate_forward(lesson, p);  // the shapes, q, k, v, o (now an input) and lse
+  validate_call(lesson, p, Variant::Pass::kBackward);  // the shapes, q, k, v, o (now an input) and lse
   for (auto [ptr, name] : {std::pair<const void*, const char*>{p.dout, "dout"}, {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"}})
     c.pointer(ptr, name);
   if (p.is_varlen()) {

@@ -32,12 +32,7 @@ std::vector<DType> dtypes() {
 }
 
 Case make(int sq, int sk, int d, DType t, bool causal, Pattern p = Pattern::kRandn) {
-  Case c;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.head_dim = d;
-  c.dtype = t;
-  c.causal = causal;
+  Case c = fa::test::dense_case(sq, sk, d, t, causal);
   c.pattern = p;
   return c;
 }

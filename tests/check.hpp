@@ -3,6 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
 #include "support.hpp"
 
 // Reports an Outcome: a lesson that is not implemented yet stops the test case with its message;
@@ -27,6 +31,31 @@ namespace fa::test {
 // How many failures of one test case are shown (the first in full).
 constexpr int kFailuresShown = 4;
 inline std::string one_line(const Outcome& o) { return o.summary.empty() ? o.text.substr(0, o.text.find('\n')) : o.summary; }
+
+// Every variant of the lesson under test that runs direction `dir` (variants_for), on each case at
+// its head dim: the case's variant set by name, checked against the reference (a failure's report
+// names the variant). A lesson's own tests call it with the shapes its variants need.
+inline void check_every_variant(const std::vector<Case>& cases, Direction dir = Direction::kForward) {
+  const LessonInfo& l = lesson_under_test();
+  for (const Case& base : cases)
+    for (int v : variants_for(l, dir, base.head_dim)) {
+      Case c = base;
+      c.variant = l.variants.empty() ? "" : l.variants[v].name;
+      FA_CHECK_OUTCOME(dir == Direction::kForward ? check_forward(l, c) : check_backward(l, c));
+    }
+}
+
+// The small cases a variant is run on: both dtypes, causal and not, at each head dim; tails on both
+// sides and seqlen_q != seqlen_k both ways; two query heads on one K/V head.
+inline std::vector<Case> variant_cases(std::initializer_list<int> head_dims) {
+  std::vector<Case> cases;
+  for (int d : head_dims)
+    for (DType t : {DType::kF16, DType::kBF16})
+      for (bool causal : {false, true})
+        for (auto [sq, sk] : {std::pair{1, 1}, std::pair{129, 129}, std::pair{70, 300}, std::pair{300, 130}})
+          cases.push_back(dense_case(sq, sk, d, t, causal, 2, 1));
+  return cases;
+}
 
 // A lesson's CPU tests of its index math start with this: while `todos` (the file's TODOs left)
 // is not empty, the test case stops with "not implemented yet", as the suites do.

@@ -6,13 +6,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "fa/buffer.hpp"
 #include "fa/compare.hpp"
+#include "fa/cuda_check.hpp"
 #include "fa/half.hpp"
 #include "fa/params.hpp"
 #include "fa/random.hpp"
 #include "skeleton.hpp"
+#include "support.hpp"
 
 TEST_CASE("harness: fp16 rounding") {
   CHECK(fa::float_to_f16(1.0f) == 0x3c00);
@@ -214,6 +219,101 @@ TEST_CASE("harness: rules that hold whatever the lesson supports") {
   g_launches = 0;
   CHECK_NOTHROW(fa::run_forward(lesson, p));
   CHECK(g_launches == 1);
+}
+
+TEST_CASE("harness: variants are checked by index, pass and head dim, and found by name") {
+  fa::LessonInfo lesson = fake_lesson();
+  fa::AttnParams p = valid_params();
+  // A lesson without variants runs variant 0 only.
+  p.variant = 1;
+  g_launches = 0;
+  CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains("lesson 99_fake: has no variant 1 (its variants, from 0: none)"),
+                       fa::InvalidArgument);
+  lesson.variants = {{"auto", "the lesson's choice"},
+                     {"config0", "a tile shape of head dim 64", fa::Variant::Pass::kBoth, 64},
+                     {"pass", "a variant of the backward", fa::Variant::Pass::kBackward}};
+  CHECK(fa::variant_index(lesson, "") == 0);
+  CHECK(fa::variant_index(lesson, "default") == 0);
+  CHECK(fa::variant_index(lesson, "config0") == 1);
+  CHECK_THROWS_WITH_AS(fa::variant_index(lesson, "config9"),
+                       "lesson 99_fake: has no variant 'config9' (its variants: auto, config0, pass)", fa::InvalidArgument);
+  CHECK(fa::variant_applies(lesson, 1, fa::Variant::Pass::kForward, 64));
+  CHECK_FALSE(fa::variant_applies(lesson, 1, fa::Variant::Pass::kForward, 128));
+  CHECK_FALSE(fa::variant_applies(lesson, 2, fa::Variant::Pass::kForward, 64));
+  CHECK(fa::variant_applies(lesson, 2, fa::Variant::Pass::kBackward, 128));
+  CHECK_FALSE(fa::variant_applies(lesson, 3, fa::Variant::Pass::kForward, 64));
+  for (auto [v, d, expect] : {std::tuple{-1, 64, "has no variant -1"}, std::tuple{3, 64, "has no variant 3 (its variants, from 0: auto, config0, pass)"},
+                              std::tuple{1, 128, "variant config0 runs head_dim 64 only, got 128"},
+                              std::tuple{2, 64, "variant pass is a variant of the backward, not of the forward"}}) {
+    p = valid_params();
+    p.variant = v;
+    p.head_dim = d;
+    fa::set_contiguous_strides(p);
+    CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p), doctest::Contains(expect), fa::InvalidArgument);
+  }
+  CHECK(g_launches == 0);
+  for (int v : {0, 1}) {
+    p = valid_params();
+    p.variant = v;
+    CHECK_NOTHROW(fa::run_forward(lesson, p));
+  }
+  CHECK(g_launches == 2);
+}
+
+TEST_CASE("harness: a case runs its own variant, else FA_TEST_VARIANT's where it applies, else the default") {
+  fa::LessonInfo lesson = fake_lesson();
+  lesson.variants = {{"auto", ""}, {"config0", "", fa::Variant::Pass::kBoth, 64}, {"pass", "", fa::Variant::Pass::kBackward}};
+  using fa::test::Direction;
+  fa::test::Case c;
+  c.head_dim = 128;
+  unsetenv("FA_TEST_VARIANT");
+  CHECK(fa::test::variant_of(lesson, c, Direction::kForward) == 0);
+  CHECK(fa::test::variants_for(lesson, Direction::kForward, 64) == std::vector<int>{0, 1});
+  CHECK(fa::test::variants_for(lesson, Direction::kForward, 128) == std::vector<int>{0});
+  CHECK(fa::test::variants_for(lesson, Direction::kBackward, 128) == std::vector<int>{0, 2});
+  CHECK(fa::test::variants_for(fake_lesson(), Direction::kBackward, 64) == std::vector<int>{0});
+  c.variant = "pass";
+  CHECK(fa::test::variant_of(lesson, c, Direction::kForward) == 2);  // the case's own, even where it is refused
+  CHECK(c.describe().find(" variant=pass ") != std::string::npos);
+  c.variant = "";
+  setenv("FA_TEST_VARIANT", "config0", 1);
+  CHECK(fa::test::variant_of(lesson, c, Direction::kForward) == 0);  // head dim 128: not config0's
+  c.head_dim = 64;
+  CHECK(fa::test::variant_of(lesson, c, Direction::kForward) == 1);
+  CHECK(fa::test::variant_of(fake_lesson(), c, Direction::kForward) == 0);  // no variants: its one way
+  setenv("FA_TEST_VARIANT", "pass", 1);
+  CHECK(fa::test::variant_of(lesson, c, Direction::kForward) == 0);
+  CHECK(fa::test::variant_of(lesson, c, Direction::kBackward) == 2);
+  setenv("FA_TEST_VARIANT", "passs", 1);
+  CHECK_THROWS_WITH_AS(fa::test::variant_of(lesson, c, Direction::kForward), doctest::Contains("has no variant 'passs'"),
+                       fa::InvalidArgument);
+  unsetenv("FA_TEST_VARIANT");
+}
+
+TEST_CASE("harness: launch limits and the GPU a lesson needs are checked once, before the lesson runs") {
+  fa::LessonInfo lesson = fake_lesson();
+  lesson.max_batch_heads = 65535;
+  fa::AttnParams p = valid_params();
+  p.batch = 257;
+  p.heads_q = p.heads_kv = 255;  // 65535 (batch, head) pairs: the most a grid's y holds
+  fa::set_contiguous_strides(p);
+  g_launches = 0;
+  CHECK_NOTHROW(fa::run_forward(lesson, p));
+  CHECK(g_launches == 1);
+  p.batch = 258;
+  fa::set_contiguous_strides(p);
+  CHECK_THROWS_WITH_AS(fa::run_forward(lesson, p),
+                       "lesson 99_fake: batch * heads_q must be at most 65535 (the grid's y or z), got 65790", fa::InvalidArgument);
+  lesson.max_batch_heads = 0;
+  CHECK_NOTHROW(fa::run_forward(lesson, p));
+  CHECK(g_launches == 2);
+  // A GPU no machine has: refused (on a machine without a GPU, by the device query's error).
+  lesson.needs_sm = 1;
+  CHECK_THROWS_AS(fa::run_forward(lesson, valid_params()), fa::Error);
+  CHECK(g_launches == 2);
+  std::string why;
+  if (!fa::no_gpu(&why))
+    CHECK_THROWS_WITH_AS(fa::run_forward(lesson, valid_params()), doctest::Contains("lesson 99_fake: needs sm_1; this one is sm_"), fa::Error);
 }
 
 TEST_CASE("harness: a skeleton says which TODO is next") {

@@ -1,10 +1,11 @@
-// Lesson 09 on the GPU: both RoPE paths (fused, and rotate-outside + the same attention kernel)
-// against the fp64 reference (RoPE, then attention), the README's worked example, determinism,
-// and the RoPE requests that must be refused before any launch. The forward suite runs the same
-// kernel without RoPE.
+// Lesson 09 on the GPU: every variant, the RoPE paths (fused on two tile shapes, and rotate-outside
+// + the same attention kernel), against the fp64 reference (RoPE, then attention), the README's
+// worked example, determinism, and the RoPE requests that must be refused before any launch. The
+// forward suite runs the same kernel without RoPE.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -14,46 +15,31 @@
 #include "fa/half.hpp"
 #include "fa/rope.hpp"
 
-void fa_lesson09_forward_fused(const fa::AttnParams& p, cudaStream_t stream);
-void fa_lesson09_forward_outside(const fa::AttnParams& p, cudaStream_t stream);
-
 namespace {
 
 using fa::DType;
 using fa::test::Case;
 
-struct Path {
-  const char* name;
-  fa::ForwardFn forward;
-};
-const Path kPaths[] = {{"fused", &fa_lesson09_forward_fused}, {"rotate-outside", &fa_lesson09_forward_outside}};
-
-fa::LessonInfo with_path(const Path& path) {
-  fa::LessonInfo l = fa::test::lesson_under_test();
-  l.forward = path.forward;
-  return l;
-}
+// The lesson's variants (its LessonInfo): the fused path on two tile shapes, and rotate-outside.
+const char* const kFused[] = {"fused", "small-tiles"};
+const char* const kPaths[] = {"fused", "small-tiles", "outside"};
 
 Case rope_case(int sq, int sk, int d, DType t, bool causal) {
-  Case c;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.head_dim = d;
-  c.dtype = t;
-  c.causal = causal;
+  Case c = fa::test::dense_case(sq, sk, d, t, causal);
   c.rope = true;
   return c;
 }
 
-void run_shapes(const Path& path) {
-  const fa::LessonInfo lesson = with_path(path);
+void run_shapes(const char* variant) {
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   for (DType t : {DType::kF16, DType::kBF16})
     for (int d : {64, 128})
       for (bool causal : {false, true}) {
         for (auto [sq, sk] : {std::pair{1, 1}, std::pair{17, 17}, std::pair{128, 128}, std::pair{129, 129},
                               std::pair{1000, 1000}, std::pair{1, 128}, std::pair{70, 300}, std::pair{129, 200}}) {
-          INFO("path: ", std::string(path.name));
-          FA_CHECK_OUTCOME(fa::test::check_forward(lesson, rope_case(sq, sk, d, t, causal)));
+          Case c = rope_case(sq, sk, d, t, causal);
+          c.variant = variant;
+          FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
         }
         // Several batches and heads with different data, grouped-query heads, and a
         // (batch, seqlen, heads, dim) layout: the tables are indexed by position only.
@@ -62,41 +48,49 @@ void run_shapes(const Path& path) {
         c.heads_q = 4;
         c.heads_kv = 2;
         c.bshd = true;
-        INFO("path: ", std::string(path.name));
+        c.variant = variant;
         FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
       }
 }
 
 }  // namespace
 
-TEST_CASE("lesson09: fused RoPE matches the reference") { run_shapes(kPaths[0]); }
-TEST_CASE("lesson09: rotate-outside matches the reference") { run_shapes(kPaths[1]); }
+TEST_CASE("lesson09: fused RoPE matches the reference") {
+  // These tests run every variant the lesson declares: a new one must be added to kPaths.
+  std::vector<std::string> declared;
+  for (const fa::Variant& v : fa::test::lesson_under_test().variants) declared.push_back(v.name);
+  CHECK(declared == std::vector<std::string>(std::begin(kPaths), std::end(kPaths)));
+  for (const char* v : kFused) run_shapes(v);
+}
+TEST_CASE("lesson09: rotate-outside matches the reference") { run_shapes("outside"); }
 
 TEST_CASE("lesson09: both paths on adversarial inputs and a long sequence") {
-  for (const Path& path : kPaths) {
-    const fa::LessonInfo lesson = with_path(path);
-    INFO("path: ", std::string(path.name));
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (const char* path : kPaths) {
     for (auto pattern : {fa::test::Pattern::kLargePositive, fa::test::Pattern::kLargeNegative,
                          fa::test::Pattern::kMaxInLastTile, fa::test::Pattern::kAllEqual})
       for (bool causal : {false, true}) {
         Case c = rope_case(130, 200, 128, DType::kF16, causal);
         c.pattern = pattern;
+        c.variant = path;
         FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
       }
     // Positions up to 8k: the fp32 tables must be indexed by position, not by a tile's row.
     for (bool causal : {false, true}) {
       Case c = rope_case(8192, 8192, 64, DType::kBF16, causal);
       c.sample_rows = {0, 1, 63, 64, 127, 128, 4095, 4096, 8000, 8191};
+      c.variant = path;
       FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
     }
   }
 }
 
 TEST_CASE("lesson09: both paths are bitwise deterministic") {
-  for (const Path& path : kPaths)
+  for (const char* path : kPaths)
     for (bool causal : {false, true}) {
-      INFO("path: ", std::string(path.name));
-      FA_CHECK_OUTCOME(fa::test::check_deterministic(with_path(path), rope_case(300, 300, 128, DType::kF16, causal)));
+      Case c = rope_case(300, 300, 128, DType::kF16, causal);
+      c.variant = path;
+      FA_CHECK_OUTCOME(fa::test::check_deterministic(fa::test::lesson_under_test(), c));
     }
 }
 
@@ -114,7 +108,8 @@ TEST_CASE("lesson09: the head_dim 4 worked example, on both paths") {
   const double scores[4][4] = {{0.7108, 0.5907, 0.3026, -0.1559}, {0.5907, 1.3469, 0.6789, -0.3526},
                                {0.3026, 0.6789, 0.5255, 0.3139}, {-0.1559, -0.3526, 0.3139, 1.4580}};
   const int D = 64, N = 8, cols[4] = {0, 16, 32, 48};
-  for (const Path& path : kPaths)
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (const char* path : kPaths)
     for (DType t : {DType::kF16, DType::kBF16}) {
       std::vector<uint16_t> bits(N * D, fa::to_storage(t, 0.0));
       std::vector<double> v(N * D, 0.0);  // the rounded values, for the expected O
@@ -146,7 +141,7 @@ TEST_CASE("lesson09: the head_dim 4 worked example, on both paths") {
       p.rope_sin = static_cast<const float*>(sn.data());
       p.rope_positions = N;
       fa::set_contiguous_strides(p);
-      const fa::LessonInfo lesson = with_path(path);
+      p.variant = fa::variant_index(lesson, path);
       try {
         fa::run_forward(lesson, p);
       } catch (const fa::NotImplemented& e) {
@@ -163,7 +158,7 @@ TEST_CASE("lesson09: the head_dim 4 worked example, on both paths") {
         for (int j = 0; j <= i; ++j) m = std::max(m, scores[i][j]);
         for (int j = 0; j <= i; ++j) sum += std::exp(scores[i][j] - m);
         const double want_lse = m + std::log(sum);
-        INFO("path ", std::string(path.name), ", ", std::string(fa::name(t)), ", row ", i);
+        INFO("variant ", std::string(path), ", ", std::string(fa::name(t)), ", row ", i);
         CHECK(std::fabs(got_lse[i] - want_lse) < tol);
         for (int c = 0; c < 4; ++c) {
           double want = 0;
@@ -175,10 +170,10 @@ TEST_CASE("lesson09: the head_dim 4 worked example, on both paths") {
 }
 
 TEST_CASE("lesson09: RoPE requests it cannot serve are rejected before any launch") {
-  for (const Path& path : kPaths) {
-    const fa::LessonInfo lesson = with_path(path);
-    INFO("path: ", std::string(path.name));
-    const Case c = rope_case(64, 64, 64, DType::kF16, true);
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (const char* path : kPaths) {
+    Case c = rope_case(64, 64, 64, DType::kF16, true);
+    c.variant = path;
     FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams& p) { p.rope_positions = 63; }, "positions"));
     FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams& p) { p.rope_sin = nullptr; }, "rope_sin"));
     FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams& p) { p.rope_cos += 1; }, "rope_cos must be aligned"));

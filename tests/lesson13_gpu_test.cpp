@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,18 +18,18 @@
 #include "fa/cuda_check.hpp"
 #include "trace.hpp"
 
-void fa_lesson13_forward_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream);
-std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int step, int max_blocks, int capacity,
-                                                   cudaStream_t stream);
+std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int capacity, cudaStream_t stream);
 
 namespace {
-int g_step = 0, g_blocks = 0;
-void forward_with_step(const fa::AttnParams& p, cudaStream_t stream) { fa_lesson13_forward_step(p, g_step, g_blocks, stream); }
-
+// The traced kernel as the lesson's forward: the suite's check_forward runs it like any other call
+// (the variant, p.variant, picks the step) and its records are kept for the test.
 int g_capacity = 0;
 std::vector<lesson13::TraceLane> g_lanes;  // the last traced call's records
-void forward_traced(const fa::AttnParams& p, cudaStream_t stream) {
-  g_lanes = fa_lesson13_trace(p, g_step, g_blocks, g_capacity, stream);
+void forward_traced(const fa::AttnParams& p, cudaStream_t stream) { g_lanes = fa_lesson13_trace(p, g_capacity, stream); }
+fa::LessonInfo traced_lesson() {
+  fa::LessonInfo lesson = fa::test::lesson_under_test();
+  lesson.forward = &forward_traced;
+  return lesson;
 }
 
 // The key tiles work tile w visits, from the README's numbering (query tile fastest; causal, each
@@ -98,132 +99,80 @@ std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, st
 }  // namespace
 
 TEST_CASE("lesson13: every step of the schedule matches the reference") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_with_step;
-  g_blocks = 0;
-  for (int step = 1; step <= 4; ++step) {
-    g_step = step;
-    for (int d : {64, 128})
-      for (fa::DType t : {fa::DType::kF16, fa::DType::kBF16})
-        for (bool causal : {false, true})
-          for (auto [sq, sk] : {std::pair{1, 1}, std::pair{129, 129}, std::pair{70, 300}, std::pair{300, 130}, std::pair{640, 1000}}) {
-            fa::test::Case c;
-            c.heads_q = 2;
-            c.heads_kv = 1;
-            c.seqlen_q = sq;
-            c.seqlen_k = sk;
-            c.head_dim = d;
-            c.dtype = t;
-            c.causal = causal;
-            INFO("step ", step);
-            FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
-          }
-  }
+  // Every variant: steps 1-4, and step 4 on 1, 2 and 5 blocks; plus a causal 640 x 1000 at each
+  // head dim: 5 query tiles, of 4 to 8 key tiles.
+  std::vector<fa::test::Case> cases = fa::test::variant_cases({64, 128});
+  for (const fa::test::Case& c : fa::test::variant_cases({64, 128}))
+    if (c.seqlen_q == 129) {
+      fa::test::Case longer = c;
+      longer.seqlen_q = 640;
+      longer.seqlen_k = 1000;
+      cases.push_back(longer);
+    }
+  fa::test::check_every_variant(cases);
 }
 
 TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_with_step;
-  g_step = 4;
-  for (int blocks : {1, 2, 5})
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  for (const char* variant : {"step4-1-block", "step4-2-blocks", "step4-5-blocks"})
     for (int d : {64, 128})
       for (bool causal : {false, true})
         // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal) and
         // 500 x 300 (causal: the first two query tiles see no key).
         for (auto [sq, sk] : {std::pair{700, 700}, std::pair{500, 300}}) {
-          fa::test::Case c;
-          c.batch = 2;
-          c.heads_q = 6;
-          c.heads_kv = 2;
-          c.seqlen_q = sq;
-          c.seqlen_k = sk;
-          c.head_dim = d;
-          c.dtype = d == 64 ? fa::DType::kBF16 : fa::DType::kF16;
-          c.causal = causal;
-          g_blocks = blocks;
-          INFO(blocks, " blocks");
+          fa::test::Case c = fa::test::dense_case(sq, sk, d, d == 64 ? fa::DType::kBF16 : fa::DType::kF16, causal, 6, 2, 2);
+          c.variant = variant;
           FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
         }
-  g_blocks = 0;
-}
-
-TEST_CASE("lesson13: a step outside 1-4 or a negative block cap is rejected before launch") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_with_step;
-  fa::test::Case c;
-  c.seqlen_q = c.seqlen_k = 64;
-  g_blocks = 0;
-  g_step = 5;
-  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "steps 1 to 4"));
-  g_step = 4;
-  g_blocks = -1;
-  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "max_blocks must be >= 0"));
-  g_blocks = 0;
 }
 
 TEST_CASE("lesson13: a batch above 65535 runs on the persistent grid and is rejected by steps 1-3") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_with_step;
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   fa::test::Case c;
   c.batch = 66000;  // past grid z's 65535: steps 1-3 cannot launch it, step 4 takes it as work tiles
   c.seqlen_q = c.seqlen_k = 3;
   c.causal = true;
-  g_blocks = 0;
-  g_step = 4;
+  c.variant = "step4";
   FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
-  g_step = 3;
+  c.variant = "step3";
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "at most 65535"));
-  g_step = 4;
 }
 
 TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accounts for every work tile and key tile once") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_traced;
+  const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 1 << 12;
-  for (int step = 1; step <= 4; ++step)
-    for (int blocks : {0, 2}) {
-      if (step < 4 && blocks > 0) continue;  // the cap is the persistent grid's
-      for (int d : {64, 128})
-        for (bool causal : {false, true}) {
-          // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
-          fa::test::Case c;
-          c.batch = 2;
-          c.heads_q = 3;
-          c.seqlen_q = 300;
-          c.seqlen_k = 400;
-          c.head_dim = d;
-          c.causal = causal;
-          g_step = step;
-          g_blocks = blocks;
-          g_lanes.clear();
-          INFO("step ", step, ", ", blocks, " blocks");
-          FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
-          const int n_work = 2 * 3 * 3;
-          const size_t expect_lanes = 3 * size_t(step < 4 ? n_work : blocks > 0 ? blocks : std::min(n_work, fa::current_device().sm_count));
-          REQUIRE(g_lanes.size() == expect_lanes);
-          for (int role = 0; role < 3; ++role) {
-            std::map<int, int> seen;  // work tile -> how many lanes of this role took it
-            for (const lesson13::TraceLane& l : g_lanes)
-              if (l.role == role) {
-                const std::string bad = check_lane(c, l, seen);
-                CHECK_MESSAGE(bad.empty(), bad);
-              }
-            CHECK(seen.size() == size_t(n_work));
-            for (const auto& [w, n] : seen) CHECK_MESSAGE((w >= 0 && w < n_work && n == 1), "work tile ", w, " taken ", n, " times");
-          }
+  for (auto [variant, step, blocks] : {std::tuple{"step1", 1, 0}, std::tuple{"step2", 2, 0}, std::tuple{"step3", 3, 0},
+                                       std::tuple{"step4", 4, 0}, std::tuple{"step4-2-blocks", 4, 2}}) {
+    for (int d : {64, 128})
+      for (bool causal : {false, true}) {
+        // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
+        fa::test::Case c = fa::test::dense_case(300, 400, d, fa::DType::kF16, causal, 3, 1, 2);
+        c.variant = variant;
+        INFO("variant ", variant);
+        g_lanes.clear();
+        FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
+        const int n_work = 2 * 3 * 3;
+        const size_t expect_lanes = 3 * size_t(step < 4 ? n_work : blocks > 0 ? blocks : std::min(n_work, fa::current_device().sm_count));
+        REQUIRE(g_lanes.size() == expect_lanes);
+        for (int role = 0; role < 3; ++role) {
+          std::map<int, int> seen;  // work tile -> how many lanes of this role took it
+          for (const lesson13::TraceLane& l : g_lanes)
+            if (l.role == role) {
+              const std::string bad = check_lane(c, l, seen);
+              CHECK_MESSAGE(bad.empty(), bad);
+            }
+          CHECK(seen.size() == size_t(n_work));
+          for (const auto& [w, n] : seen) CHECK_MESSAGE((w >= 0 && w < n_work && n == 1), "work tile ", w, " taken ", n, " times");
         }
-    }
-  g_step = 4;
-  g_blocks = 0;
+      }
+  }
 }
 
 TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
-  fa::LessonInfo lesson = fa::test::lesson_under_test();
-  lesson.forward = &forward_traced;
+  const fa::LessonInfo lesson = traced_lesson();
   fa::test::Case c;
   c.seqlen_q = c.seqlen_k = 300;
-  g_step = 2;
-  g_blocks = 0;
+  c.variant = "step2";
   g_capacity = 8;  // a consumer warpgroup records about 8 events per key tile: 3 key tiles do not fit
   const fa::test::Outcome over = fa::test::check_forward(lesson, c);
   CHECK_FALSE(over.ok);
@@ -231,5 +180,4 @@ TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is a
   g_capacity = 1 << 12;
   c.dtype = fa::DType::kBF16;
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "fp16 only"));
-  g_step = 4;
 }

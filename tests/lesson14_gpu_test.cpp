@@ -2,9 +2,9 @@
 // backward goes wrong quietly. Many key blocks adding into one query tile's dQ (the dQ writers'
 // bulk reduce-adds, and the ordered ones of the deterministic mode), the group loop of GQA and MQA
 // over several query tiles, one query against many keys and the reverse, rows that see no key,
-// tails in both lengths at once, the third dQ path (part 1's atomics), and the dQ staging buffers
-// under a writer that lags (stress mode); both dtypes and head dims, against the fp64 reference
-// gradients.
+// tails in both lengths at once, the third dQ path (part 1's atomics: variant atomic), and the dQ
+// staging buffers under a writer that lags (variant stress); both dtypes and head dims, against the
+// fp64 reference gradients.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -21,16 +21,7 @@
 namespace {
 
 fa::test::Case make(int sq, int sk, int d, fa::DType t, bool causal, int hq, int hkv) {
-  fa::test::Case c;
-  c.batch = 1;
-  c.heads_q = hq;
-  c.heads_kv = hkv;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.head_dim = d;
-  c.dtype = t;
-  c.causal = causal;
-  return c;
+  return fa::test::dense_case(sq, sk, d, t, causal, hq, hkv);
 }
 
 }  // namespace
@@ -76,17 +67,22 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST_CASE("lesson14: dQ by atomics (FA_LESSON14_DQ=atomic) matches the reference too") {
+TEST_CASE("lesson14: dQ by atomics (variant atomic) matches the reference too") {
   // The default adds dQ with the dQ writers' bulk reduce-adds and the deterministic mode with the
   // ordered ones; part 1's atomics from the consumers are the third path (README, "dQ"): the same
-  // shapes as above, once.
-  ScopedEnv env("FA_LESSON14_DQ", "atomic");
+  // shapes as above, once. The lesson's variants are these tests': the default, "atomic" here and
+  // "stress" below (a new one must be tested too).
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  std::vector<std::string> declared;
+  for (const fa::Variant& v : lesson.variants) declared.push_back(v.name);
+  CHECK(declared == std::vector<std::string>{"writers", "atomic", "stress"});
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
-      INFO("head dim ", d, ", causal ", causal);
-      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2)));
-      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(1, 700, d, fa::DType::kF16, causal, 4, 1)));
+      for (fa::test::Case c : {make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2),
+                               make(1, 700, d, fa::DType::kF16, causal, 4, 1)}) {
+        c.variant = "atomic";
+        FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c));
+      }
     }
 }
 
@@ -117,17 +113,18 @@ TEST_CASE("lesson14: deterministic mode with more key blocks than fit on the GPU
     }
 }
 
-TEST_CASE("lesson14: dQ staging under a lagging writer (FA_LESSON14_STRESS=1), default and deterministic") {
+TEST_CASE("lesson14: dQ staging under a lagging writer (variant stress), default and deterministic") {
   // The dQ writers wait up to about 8 us before each add, so the consumers run ahead and reach each
   // staging buffer while the previous share in it may still be unread: a buffer released too early
   // (before its bulk reduce-add has read it) loses a share and adds another twice. Four key blocks
   // per query tile, six query tiles per head, GQA 4/1: 24 tiles a block, so each buffer is reused.
-  ScopedEnv env("FA_LESSON14_STRESS", "1");
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   for (int d : {64, 128})
     for (bool det : {false, true}) {
       INFO("head dim ", d, ", ", det ? "deterministic" : "bulk", " dQ");
-      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(333, 400, d, fa::DType::kF16, d == 128, 4, 1), det));
+      fa::test::Case c = make(333, 400, d, fa::DType::kF16, d == 128, 4, 1);
+      c.variant = "stress";
+      FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c, det));
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -56,7 +57,7 @@ std::string Case::describe() const {
        << " seqlen_k=" << seqlen_k;
   os << " head_dim=" << head_dim << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "")
      << (rope ? " rope" : "") << (gate ? " gate" : "") << (sample_rows.empty() ? "" : " sampled rows")
-     << " seed=" << base_seed() << "]";
+     << (variant.empty() ? "" : " variant=" + variant) << " seed=" << base_seed() << "]";
   return os.str();
 }
 
@@ -80,6 +81,43 @@ ref::Problem Case::problem() const {
     p.cu_seqlens_k = prefix_sums(lens_k);
   }
   return p;
+}
+
+Case dense_case(int seqlen_q, int seqlen_k, int head_dim, DType t, bool causal, int heads_q, int heads_kv, int batch) {
+  Case c;
+  c.batch = batch;
+  c.heads_q = heads_q;
+  c.heads_kv = heads_kv;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_k = seqlen_k;
+  c.head_dim = head_dim;
+  c.dtype = t;
+  c.causal = causal;
+  return c;
+}
+
+std::string test_variant() {
+  const char* v = std::getenv("FA_TEST_VARIANT");
+  return v == nullptr ? "" : v;
+}
+
+int variant_of(const LessonInfo& lesson, const Case& c, Direction dir) {
+  if (!c.variant.empty()) return variant_index(lesson, c.variant);
+  const std::string env = test_variant();
+  // A lesson without variants (a CPU model beside its kernel) runs its one way; in one with
+  // variants, a name it lacks is an error (a typo must not run the default quietly).
+  if (env.empty() || lesson.variants.empty()) return 0;
+  const int v = variant_index(lesson, env);
+  const Variant::Pass pass = dir == Direction::kForward ? Variant::Pass::kForward : Variant::Pass::kBackward;
+  return variant_applies(lesson, v, pass, c.head_dim) ? v : 0;
+}
+
+std::vector<int> variants_for(const LessonInfo& lesson, Direction dir, int head_dim) {
+  const Variant::Pass pass = dir == Direction::kForward ? Variant::Pass::kForward : Variant::Pass::kBackward;
+  std::vector<int> out;
+  for (int v = 0; v < std::max<int>(1, static_cast<int>(lesson.variants.size())); ++v)
+    if (variant_applies(lesson, v, pass, head_dim)) out.push_back(v);
+  return out;
 }
 
 namespace {
@@ -198,6 +236,7 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
   p.dtype = c.dtype;
   p.causal = c.causal;
   p.scale = static_cast<float>(default_scale(c.head_dim));
+  p.variant = variant_of(lesson, c, Direction::kForward);
   p.q = r.q.data();
   p.k = r.k.data();
   p.v = r.v.data();
@@ -349,6 +388,7 @@ struct BackwardInputs {
 
 Run prepare_backward(const LessonInfo& lesson, const Case& c, const Inputs& in, const BackwardInputs& bi) {
   Run r = prepare(lesson, c, in);
+  r.p.variant = variant_of(lesson, c, Direction::kBackward);
   const size_t nq = in.q.size() * 2, nk = in.k.size() * 2;
   r.dout = Buffer(lesson.memory, nq, "dout");
   r.dq = Buffer(lesson.memory, nq, "dq");

@@ -35,6 +35,9 @@ struct Case {
   // head_dim) with cu_seqlens. Set them with set_lengths, which keeps batch and seqlen_q/k in step.
   std::vector<int> lens_q, lens_k;
   bool gate = false;              // the log-decay gate (causal only): g from make_inputs, dg checked by the backward
+  // The lesson's variant to run, by name (LessonInfo::variants); "": FA_TEST_VARIANT's where it
+  // applies to the case's pass and head dim, else the lesson's default.
+  std::string variant;
 
   bool varlen() const { return !lens_q.empty(); }
   // Makes this a varlen case: batch becomes the number of sequences, seqlen_q and seqlen_k the
@@ -43,6 +46,9 @@ struct Case {
   std::string describe() const;
   ref::Problem problem() const;
 };
+
+// A dense case: `batch` batches of hq query heads on hkv K/V heads, seqlen_q x seqlen_k, random inputs.
+Case dense_case(int seqlen_q, int seqlen_k, int head_dim, DType t, bool causal, int heads_q = 1, int heads_kv = 1, int batch = 1);
 
 struct Inputs {
   std::vector<uint16_t> q, k, v;  // storage bits in the reference's layouts (reference/reference.hpp):
@@ -102,6 +108,16 @@ Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c);
 // the last visible key of its last row; a backward block owning keys: from the first query tile
 // that sees any of them, for each query head of its group), no tile more and none less.
 Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir);
+
+// The variant a case runs in direction `dir` (an index into lesson.variants): the case's own by
+// name, else FA_TEST_VARIANT's where it applies (README, "For students"), else 0 (the default).
+// A lesson without variants ignores FA_TEST_VARIANT; one with variants but none of that name fails.
+int variant_of(const LessonInfo& lesson, const Case& c, Direction dir);
+// The variants of `lesson` that run direction `dir` at head dim d, by index (0 alone for a lesson
+// without variants): what a test that runs every variant iterates.
+std::vector<int> variants_for(const LessonInfo& lesson, Direction dir, int head_dim);
+// FA_TEST_VARIANT, or "" when unset.
+std::string test_variant();
 
 // The lesson a test executable tests (tests/lesson_binding.cpp, compiled per executable).
 const LessonInfo& lesson_under_test();

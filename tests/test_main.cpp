@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
 #endif
   std::printf("FA_TEST_SEED=%llu (set FA_TEST_SEED to change the inputs)\n",
               static_cast<unsigned long long>(fa::base_seed()));
+  if (const char* v = std::getenv("FA_TEST_VARIANT"); v != nullptr && *v != '\0')
+    std::printf("FA_TEST_VARIANT=%s: every case it applies to runs on the lesson's variant %s, the rest on its default\n", v, v);
   const int rc = ctx.run();
   if (graded) {  // only now, after doctest's run has returned: counts an early exit cannot fake
     const RunRecord& r = run_record();

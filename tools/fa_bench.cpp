@@ -3,7 +3,7 @@
 //   fa-bench [--lessons 01,04|all] [--seqlens 512,1024,...] [--head-dims 64,128] [--causal 0,1]
 //            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20]
 //            [--csv FILE] [--tour] [--once] [--rope] [--label NAME] [--bwd] [--deterministic]
-//            [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]
+//            [--gqa G] [--varlen L1,L2,... [--padded]] [--gate] [--variant NAME,...] [--list-variants]
 //
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
@@ -34,7 +34,10 @@
 // that have one (the others are skipped), causal cases only (the gate is defined for causal
 // attention; the non-causal rows say so): g = log sigmoid(x), x uniform in [2.25, 4.6], so g lies
 // in [-0.1, -0.01], a key's weight falling by 1-10% a token; its FLOPs are not counted (a few per
-// score). Exit 1 if any case is wrong.
+// score). --variant NAME,... times those variants of each lesson (LessonInfo::variants: a tile
+// configuration, a dQ strategy, a step of a schedule; the rows are named "<lesson> <variant>"), a
+// lesson without one of them, or one that does not apply to the pass or head dim, says so in its
+// row; --list-variants prints every lesson's variants. Exit 1 if any case is wrong.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -130,6 +133,8 @@ struct Options {
   std::vector<int> varlen;   // one packed batch of these lengths; empty: dense batches
   bool padded = false;       // the varlen batch padded to its longest sequence, on the dense path
   bool gate = false;         // the log-decay gate g
+  std::vector<std::string> variants{""};  // the variants to time by name ("": the lesson's default)
+  bool list_variants = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -169,10 +174,15 @@ Options parse(int argc, char** argv) {
     else if (a == "--varlen") o.varlen = ints(a, value());
     else if (a == "--padded") o.padded = true;
     else if (a == "--gate") o.gate = true;
+    else if (a == "--variant") {
+      o.variants = split(value());
+      if (o.variants.empty()) throw std::invalid_argument("--variant needs a variant's name (--list-variants lists them)");
+    } else if (a == "--list-variants") o.list_variants = true;
     else if (a == "--help" || a == "-h") {
       std::printf("usage: fa-bench [--lessons 01,04|all] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]\n"
                   "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--csv FILE] [--tour] [--once]\n"
-                  "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]\n");
+                  "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]\n"
+                  "                [--variant NAME,...] [--list-variants]\n");
       std::exit(0);
     } else throw std::invalid_argument("unknown option " + a + " (try --help)");
   }
@@ -427,9 +437,26 @@ const fa::LessonInfo* forward_for(const fa::LessonInfo& lesson, const Options& o
   return own ? &lesson : g_forward_for_backward;
 }
 
-Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int seqlen, const Options& o,
+Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType t, int d, int causal, int seqlen, const Options& o,
              fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
   Row row{o.label.empty() ? lesson.id : o.label, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
+  if (!variant.empty() && o.label.empty()) row.lesson += " " + variant;
+  // --variant: its index, if the lesson has it for this pass and head dim.
+  int variant_index = 0;
+  if (!variant.empty()) {
+    const auto& vs = lesson.variants;
+    const auto it = std::find_if(vs.begin(), vs.end(), [&](const fa::Variant& x) { return x.name == variant; });
+    if (it == vs.end()) {
+      row.status = "skipped: no variant " + variant + " in this lesson (fa-bench --list-variants)";
+      return row;
+    }
+    variant_index = static_cast<int>(it - vs.begin());
+    if (!fa::variant_applies(lesson, variant_index, o.bwd ? fa::Variant::Pass::kBackward : fa::Variant::Pass::kForward, d)) {
+      row.status = "skipped: variant " + variant + " is not one of the " + (o.bwd ? "backward" : "forward") + " at head dim " +
+                   std::to_string(d) + " (fa-bench --list-variants)";
+      return row;
+    }
+  }
   // --varlen: the batch's prefix sums, for the packed run, and for the pairs both runs count.
   std::vector<int> cu;
   if (!o.varlen.empty()) {
@@ -551,6 +578,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
   try {
     out.poison();
     lse.poison();
+    p.variant = o.bwd ? 0 : variant_index;  // --bwd: the variant is the backward's; O and the LSE come from a default forward
     fa::run_forward(fwd, p);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
@@ -573,6 +601,7 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
       p.dk = dk.data();
       p.dv = dv.data();
       p.deterministic = o.deterministic;
+      p.variant = variant_index;
       if (o.gate) {
         dgate = fa::Buffer(fa::Memory::kDevice, gate.size() * 4, "dgate");
         p.dgate = static_cast<float*>(dgate.data());
@@ -637,9 +666,27 @@ Row run_case(const fa::LessonInfo& lesson, fa::DType t, int d, int causal, int s
 
 }  // namespace
 
+// --list-variants: every lesson's variants, the first its default.
+void list_variants() {
+  for (const fa::LessonInfo* l : fa_all_lessons()) {
+    if (l->variants.empty()) continue;
+    std::printf("%s\n", l->id);
+    for (size_t i = 0; i < l->variants.size(); ++i) {
+      const fa::Variant& v = l->variants[i];
+      const char* pass = v.pass == fa::Variant::Pass::kForward ? " (forward)" : v.pass == fa::Variant::Pass::kBackward ? " (backward)" : "";
+      std::printf("  %-16s %s%s%s\n", v.name.c_str(), v.about.c_str(), pass, i == 0 ? " [default]" : "");
+    }
+  }
+  std::printf("time one: fa-bench --lessons NN --variant NAME (--bwd for a backward's); test one: FA_TEST_VARIANT=NAME ctest -L lessonNN\n");
+}
+
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
+    if (o.list_variants) {
+      list_variants();
+      return 0;
+    }
     std::string why;
     if (fa::no_gpu(&why)) {
       std::printf("fa-bench: no usable CUDA GPU (%s); the GPU lessons' timings need one.\n", why.c_str());
@@ -698,30 +745,31 @@ int main(int argc, char** argv) {
       for (fa::DType t : o.dtypes)
         for (int d : o.head_dims)
           for (int causal : o.causal)
-            for (int n : o.seqlens) {
-              const auto& dims = l->features.head_dims;
-              if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
-              const Roof roof = roof_of(*l);
-              const Ceiling& ceiling = roof == Roof::kGemm ? gemm : roof == Roof::kMmaSync ? mma : fma;
-              const Row r = run_case(*l, t, d, causal, n, o, flusher, ceiling);
-              if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
-              const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);
-              if (r.status == "ok" && !o.once)
-                std::printf("%-16s %-5s %4d %6d %9s %6d %10.3f %9.2f %6.1f%% %9.2e  %s\n", r.lesson.c_str(), fa::name(t), d,
-                            causal, bh.c_str(), n, r.ms, r.tflops, r.pct, r.max_err, r.status.c_str());
-              else
-                std::printf("%-16s %-5s %4d %6d %9s %6d %10s %9s %7s %9s  %s\n", r.lesson.c_str(), fa::name(t), d, causal,
-                            bh.c_str(), n, "-", "-", "-", "-", r.status.c_str());
-              std::fflush(stdout);
-              if (csv.is_open()) {
-                std::string status = r.status;
-                std::replace(status.begin(), status.end(), ',', ';');
-                std::replace(status.begin(), status.end(), '\n', ' ');
-                csv << prop.name << "," << r.lesson << "," << fa::name(t) << "," << d << "," << causal << "," << r.batch << ","
-                    << r.heads << "," << n << "," << r.ms << "," << r.tflops << "," << ceiling.name << "," << ceiling.tflops << "," << r.pct << ","
-                    << r.max_err << "," << status << "\n";
+            for (int n : o.seqlens)
+              for (const std::string& variant : o.variants) {
+                const auto& dims = l->features.head_dims;
+                if (!dims.empty() && std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
+                const Roof roof = roof_of(*l);
+                const Ceiling& ceiling = roof == Roof::kGemm ? gemm : roof == Roof::kMmaSync ? mma : fma;
+                const Row r = run_case(*l, variant, t, d, causal, n, o, flusher, ceiling);
+                if (r.status.rfind("WRONG", 0) == 0 || r.status.rfind("ERROR", 0) == 0) ++wrong;
+                const std::string bh = std::to_string(r.batch) + "x" + std::to_string(r.heads);
+                if (r.status == "ok" && !o.once)
+                  std::printf("%-16s %-5s %4d %6d %9s %6d %10.3f %9.2f %6.1f%% %9.2e  %s\n", r.lesson.c_str(), fa::name(t), d,
+                              causal, bh.c_str(), n, r.ms, r.tflops, r.pct, r.max_err, r.status.c_str());
+                else
+                  std::printf("%-16s %-5s %4d %6d %9s %6d %10s %9s %7s %9s  %s\n", r.lesson.c_str(), fa::name(t), d, causal,
+                              bh.c_str(), n, "-", "-", "-", "-", r.status.c_str());
+                std::fflush(stdout);
+                if (csv.is_open()) {
+                  std::string status = r.status;
+                  std::replace(status.begin(), status.end(), ',', ';');
+                  std::replace(status.begin(), status.end(), '\n', ' ');
+                  csv << prop.name << "," << r.lesson << "," << fa::name(t) << "," << d << "," << causal << "," << r.batch << ","
+                      << r.heads << "," << n << "," << r.ms << "," << r.tflops << "," << ceiling.name << "," << ceiling.tflops << "," << r.pct << ","
+                      << r.max_err << "," << status << "\n";
+                }
               }
-            }
     if (wrong) std::printf("%d case(s) WRONG or failed: see the status column\n", wrong);
     return wrong ? 1 : 0;
   } catch (const std::exception& e) {

@@ -66,6 +66,9 @@ struct AttnParams {
   Strides do_stride, dq_stride, dk_stride, dv_stride;
   bool deterministic = false;
 
+  // Which of the lesson's variants runs the call (LessonInfo::variants; 0: the lesson's default).
+  int variant = 0;
+
   // Test builds only (FA_COUNT_TILES, fa/device.cuh): per work tile, the tiles it visited, in
   // records of kTileRecord ints.
   int* tile_counts = nullptr;
@@ -86,6 +89,20 @@ void set_contiguous_strides(AttnParams& p);
 
 using ForwardFn = void (*)(const AttnParams&, cudaStream_t);
 using BackwardFn = void (*)(const AttnParams&, cudaStream_t);
+
+// Another way a lesson runs the same call: a tile configuration, a dQ strategy, a step of a
+// schedule. A lesson declares its variants by name (LessonInfo::variants, the first its default)
+// and reads AttnParams::variant in its entry points; the runtime checks the index before any
+// launch, the lesson's own tests run every variant (fa::test::check_every_variant), fa-bench
+// --variant times one, and FA_TEST_VARIANT=<name> runs a lesson's whole suite on one (README, "For
+// students", step 6).
+struct Variant {
+  std::string name;   // what fa-bench --variant and FA_TEST_VARIANT call it: "atomic", "config3"
+  std::string about;  // one line: what it changes
+  enum class Pass { kBoth, kForward, kBackward };
+  Pass pass = Pass::kBoth;  // the entry point it is a variant of
+  int head_dim = 0;         // 0: every head dim of the lesson; else this one only (a tile configuration)
+};
 
 // What a lesson declares it supports. The tests hold their own list of what each lesson must
 // support (tests/requirements.cpp), so a lesson cannot dodge a case by declaring less.
@@ -110,6 +127,12 @@ struct LessonInfo {
   Features features;
   ForwardFn forward = nullptr;
   BackwardFn backward = nullptr;  // null before lesson 10
+  std::vector<Variant> variants;  // empty: the lesson runs one way; else [0] is its default
+  // Launch limits the runtime checks before any call (validate_forward, run_forward), so that no
+  // kernel file repeats them: batch * heads_q at most this (0: no limit; 65535 where (batch, head)
+  // is a grid's y or z), and the GPU it needs (90: Hopper, sm_90a; 0: any).
+  int64_t max_batch_heads = 0;
+  int needs_sm = 0;
   // fa-bench skips cases with more scores (batch * heads * seqlen_q * seqlen_k) than this (0: no
   // limit), printing the reason: the naive lessons' N^2 workspace would take tens of GB at 16k.
   int64_t bench_max_scores = 0;
@@ -142,10 +165,18 @@ using TodoList = std::vector<const char*>;
 void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
 
 // Checks `p` against what `lesson` supports and against the rules every call obeys (shapes,
-// pointers, alignment, 32-bit offsets). Throws InvalidArgument naming the lesson and the problem.
+// pointers, alignment, 32-bit offsets, the variant, the launch limits). Throws InvalidArgument
+// naming the lesson and the problem.
 void validate_forward(const LessonInfo& lesson, const AttnParams& p);
 
-// The one way tests and tools call a lesson: validate, then run (no launch on bad input).
+// The index of `lesson`'s variant called `name` ("" or "default": 0); InvalidArgument naming the
+// lesson's variants if it has none of that name.
+int variant_index(const LessonInfo& lesson, const std::string& name);
+// Does variant v of `lesson` run the given entry point at head dim d?
+bool variant_applies(const LessonInfo& lesson, int v, Variant::Pass pass, int head_dim);
+
+// The one way tests and tools call a lesson: validate, check the GPU (LessonInfo::needs_sm), then
+// run (no launch on bad input).
 void run_forward(const LessonInfo& lesson, const AttnParams& p, cudaStream_t stream = nullptr);
 
 // The backward call (lessons 10 on): q, k, v, o, lse (the forward's outputs) and dout are its

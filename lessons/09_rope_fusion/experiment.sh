@@ -18,11 +18,10 @@ csv=${1:-$build/lesson09_rope.csv}
 bench=("$build/bin/fa-bench" --lessons 09 --seqlens "${FA_SEQLENS:-512,1024,2048,4096,8192,16384}" --causal 1 --csv "$csv")
 "${bench[@]}" --head-dims 64,128 --label 09_attention
 "${bench[@]}" --head-dims 64,128 --rope --label 09_fused
-FA_LESSON09_ROPE=outside "${bench[@]}" --head-dims 64,128 --rope --label 09_outside
-# Smaller tiles for the fused kernel only (lesson 08's configurations 2: 64 x 64 at d = 64, and
-# 4: 128 x 32 at d = 128).
-FA_LESSON09_CONFIG=2 "${bench[@]}" --head-dims 64 --rope --label 09_fused_small_tiles
-FA_LESSON09_CONFIG=4 "${bench[@]}" --head-dims 128 --rope --label 09_fused_small_tiles
+"${bench[@]}" --head-dims 64,128 --rope --variant outside --label 09_outside
+# Smaller tiles for the fused kernel only (the variant small-tiles: lesson 08's configurations 2,
+# 64 x 64 at d = 64, and 4, 128 x 32 at d = 128).
+"${bench[@]}" --head-dims 64,128 --rope --variant small-tiles --label 09_fused_small_tiles
 if python3 -c "import torch" 2> /dev/null; then
   for how in eager compiled; do
     python3 "$root/plots/peers.py" --csv "$csv" --backends flash --rope "$how" --causal 1 --head-dims 64,128 \

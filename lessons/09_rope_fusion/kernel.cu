@@ -3,7 +3,7 @@
 // (i, i + d/2) of a query or key by an angle proportional to its position (rope.hpp), so that
 // q_rot . k_rot depends only on the distance between the two positions. Two ways to run it:
 //   rotate-outside  a standalone kernel writes rotated Q and K to memory, then lesson 08's
-//                   attention kernel runs unchanged on them (FA_LESSON09_ROPE=outside);
+//                   attention kernel runs unchanged on them (the variant outside);
 //   fused           the attention kernel rotates the Q tile once when it lands in shared memory,
 //                   and each K tile as it streams in, before any QK^T (the default).
 // Both run the same attention kernel with the same tiles (lesson 08's tiles.hpp): the only
@@ -12,8 +12,6 @@
 //   cmake --build --preset student --target check-lesson09
 //   lessons/09_rope_fusion/profile.sh
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "../08_pipelining/tiles.hpp"
@@ -387,26 +385,23 @@ void rotate_then_attend(const fa::AttnParams& p, int index, cudaStream_t stream)
   launch_index<T, false>(r, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{});
 }
 
-enum class Path { kFused, kOutside };
+// The lesson's variants: the RoPE path and the tiles (README, "The experiment").
+enum Variant { kFused, kOutside, kSmallTiles };
+static_assert(kConfigs[2].head_dim == 64 && kConfigs[4].head_dim == 128, "the small tiles: lesson 08's configurations 2 and 4");
 
-// The one path of forward() and of the tests: without tables, plain attention; with them, RoPE
-// fused or rotated outside, on lesson 08's configuration for this GPU and head dim.
-void run_path(const fa::AttnParams& p, Path path, cudaStream_t stream, int forced_config = -1) {
+// Without tables, plain attention; with them, RoPE fused (kFused, kSmallTiles) or rotated outside
+// (kOutside), on lesson 08's configuration for this GPU and head dim, or its smaller tiles
+// (kSmallTiles: 64 x 64 at head dim 64, 128 x 32 at 128).
+void forward(const fa::AttnParams& p, cudaStream_t stream) {
   fa::throw_if_todos_left("09_rope_fusion (its tiles come from lesson 08's tiles.hpp)", lesson08::kTilesTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", lesson09::kRopeTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", kTodosLeft);
-  if (p.batch * p.heads_q > 65535)
-    throw fa::InvalidArgument("lesson 09_rope_fusion: batch * heads_q must be at most 65535 (grid y), got " +
-                              std::to_string(p.batch * p.heads_q));
-  const int index = forced_config >= 0 ? forced_config : lesson08::config_for(fa::current_device().sm, p.head_dim);
-  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
-    throw fa::InvalidArgument("lesson 09_rope_fusion: lesson 08's tiles.hpp has no configuration " + std::to_string(index) +
-                              " for head_dim " + std::to_string(p.head_dim));
+  const int index = p.variant == kSmallTiles ? (p.head_dim == 64 ? 2 : 4) : lesson08::config_for(fa::current_device().sm, p.head_dim);
   const auto seq = std::make_integer_sequence<int, lesson08::kNumConfigs>{};
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.rope_cos == nullptr) {
       launch_index<T, false>(p, index, stream, seq);
-    } else if (path == Path::kFused) {
+    } else if (p.variant != kOutside) {
       launch_index<T, true>(p, index, stream, seq);
     } else if (p.head_dim == 64) {
       rotate_then_attend<T, 64>(p, index, stream);
@@ -416,20 +411,7 @@ void run_path(const fa::AttnParams& p, Path path, cudaStream_t stream, int force
   });
 }
 
-void forward(const fa::AttnParams& p, cudaStream_t stream) {
-  // For the README's experiment: FA_LESSON09_ROPE=outside runs the rotate-outside path (fused
-  // otherwise), and FA_LESSON09_CONFIG=<index into lesson 08's kConfigs> forces the tiles.
-  const char* path = std::getenv("FA_LESSON09_ROPE");
-  const char* forced = std::getenv("FA_LESSON09_CONFIG");
-  run_path(p, path != nullptr && std::strcmp(path, "outside") == 0 ? Path::kOutside : Path::kFused, stream,
-           forced != nullptr ? std::atoi(forced) : -1);
-}
-
 }  // namespace
-
-// The two RoPE paths by name, for the tests (each is checked against the reference).
-void fa_lesson09_forward_fused(const fa::AttnParams& p, cudaStream_t stream) { run_path(p, Path::kFused, stream); }
-void fa_lesson09_forward_outside(const fa::AttnParams& p, cudaStream_t stream) { run_path(p, Path::kOutside, stream); }
 
 const fa::LessonInfo& fa_lesson_09() {
   static const fa::LessonInfo info = [] {
@@ -444,6 +426,10 @@ const fa::LessonInfo& fa_lesson_09() {
     l.features.index64 = true;
     l.features.alignment_bytes = 16;  // cp.async copies 16-byte chunks; the tables are read as float4
     l.forward = &forward;
+    l.variants = {{"fused", "RoPE in the attention kernel's tile loads, on lesson 08's tiles for this GPU"},
+                  {"outside", "rope_kernel writes rotated Q and K, then the same attention kernel and tiles without RoPE"},
+                  {"small-tiles", "fused, on lesson 08's smaller tiles (configuration 2 at head dim 64, 4 at 128)"}};
+    l.max_batch_heads = 65535;  // (batch, head) is the grid's y
     return l;
   }();
   return info;

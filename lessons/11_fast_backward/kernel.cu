@@ -14,8 +14,6 @@
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson11
 //   lessons/11_fast_backward/profile.sh
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "fa/cuda_check.hpp"
@@ -403,34 +401,24 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
   ((index == kIndex ? run<T, kIndex>(p, atomic_dq, stream) : void()), ...);
 }
 
+// Runs configuration `index` of kConfigs (the runtime checked that it is one of this head dim's).
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
   fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
-  if (p.batch * p.heads_q > 65535)
-    throw fa::InvalidArgument("lesson 11_fast_backward: batch * heads_q must be at most 65535 (grid y), got " +
-                              std::to_string(p.batch * p.heads_q));
-  if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
-    throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
-                              " for head_dim " + std::to_string(p.head_dim));
   FA_DISPATCH_DTYPE(p.dtype, T,
                     run_index<T>(p, index, atomic_dq, stream, std::make_integer_sequence<int, lesson11::kNumConfigs>{}));
 }
 
+// The variants (fa_lesson_11 below): 0 "atomic" and 1 "pass" on config_for's configuration, then
+// per configuration i of kConfigs "config<i>" (2 + 2 i) and "config<i>-pass" (3 + 2 i). The
+// deterministic mode takes the second pass whatever the variant.
 void backward(const fa::AttnParams& p, cudaStream_t stream) {
-  // FA_LESSON11_DQ=pass times the deterministic strategy in the default mode too, and
-  // FA_LESSON11_CONFIG=<index into kConfigs> another tile shape (README, "Choosing by measurement").
-  const char* dq = std::getenv("FA_LESSON11_DQ");
-  const bool atomic_dq = !p.deterministic && !(dq != nullptr && std::strcmp(dq, "pass") == 0);
-  const char* forced = std::getenv("FA_LESSON11_CONFIG");
-  run_config(p, forced ? std::atoi(forced) : lesson11::config_for(p.head_dim), atomic_dq, stream);
+  const int index = p.variant < 2 ? lesson11::config_for(p.head_dim) : (p.variant - 2) / 2;
+  const bool atomic_dq = !p.deterministic && p.variant % 2 == 0;
+  run_config(p, index, atomic_dq, stream);
 }
 
 }  // namespace
-
-// One configuration and strategy by index (the lesson's GPU tests run each of them).
-void fa_lesson11_backward_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
-  run_config(p, index, atomic_dq, stream);
-}
 
 const fa::LessonInfo& fa_lesson_11() {
   static const fa::LessonInfo info = [] {
@@ -444,6 +432,16 @@ const fa::LessonInfo& fa_lesson_11() {
     l.features.index64 = true;
     l.features.alignment_bytes = 16;  // cp.async and the 16-byte loads of O and dO
     l.backward = &backward;
+    l.variants = {{"atomic", "dQ by fp32 atomics from the dK/dV kernel, on config_for's configuration"},
+                  {"pass", "dQ by a second pass (dq_kernel), as the deterministic mode does, on config_for's configuration"}};
+    for (int i = 0; i < lesson11::kNumConfigs; ++i) {
+      const lesson11::Config& c = kConfigs[i];
+      const std::string shape = "d" + std::to_string(c.head_dim) + ": " + std::to_string(c.keys) + " keys x " + std::to_string(c.rows) +
+                                " query rows (" + std::to_string(c.sub) + " a step), " + std::to_string(c.warps) + " warps";
+      l.variants.push_back({"config" + std::to_string(i), shape + ", dQ by atomics", fa::Variant::Pass::kBoth, c.head_dim});
+      l.variants.push_back({"config" + std::to_string(i) + "-pass", shape + ", dQ by a second pass", fa::Variant::Pass::kBoth, c.head_dim});
+    }
+    l.max_batch_heads = 65535;  // (batch, head) is the grid's y
     return l;
   }();
   return info;

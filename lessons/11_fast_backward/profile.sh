@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lesson 11's profiling exercise: where the fast backward's time goes, per kernel, for both dQ
-# strategies (N = 8192, 16 heads x head_dim 128 and 32 x 64, fp16, non-causal):
+# strategies, the lesson's variants (N = 8192, 16 heads x head_dim 128 and 32 x 64, fp16, non-causal):
 #   atomic (default): preprocess, dkdv_kernel (dK, dV and dQ's share by fp32 atomics), convert;
 #   pass (deterministic): preprocess, dkdv_kernel without dQ, dq_kernel (recomputes S and dP).
 # Per kernel: time, the tensor pipe's busy share, shared-memory wavefronts as % of peak (this
@@ -14,8 +14,8 @@ metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_
 n=${FA_PROFILE_SEQLEN:-8192}
 for dq in atomic pass; do
   echo "== dQ by $dq, N = $n, head_dim 128 then 64 (non-causal, fp16)"
-  FA_LESSON11_DQ=$dq "$root/tools/ncu-profile.sh" lesson11_${dq}_n$n "$metrics" "preprocess_kernel|dkdv_kernel|convert_kernel|dq_kernel" \
-    --bwd --lessons 11 --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
+  "$root/tools/ncu-profile.sh" lesson11_${dq}_n$n "$metrics" "preprocess_kernel|dkdv_kernel|convert_kernel|dq_kernel" \
+    --bwd --lessons 11 --variant "$dq" --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
 done
 echo "Read it: the times add up to the backward's; the atomic dkdv_kernel against the pass's dkdv + dq"
 echo "is the price of each strategy. A shared-memory pipe near its peak with the tensor pipe well below"

@@ -3,8 +3,8 @@
 # lesson 08 at the same shape (batch 4, 16 heads, seqlen 4096, head_dim 128, fp16, non-causal and
 # causal). Per kernel: time, the tensor pipe's busy fraction (mma.sync's HMMA for lesson 08,
 # wgmma's HGMMA for lesson 13: the same counter covers both), instructions issued, and the stall
-# reasons that matter here. FA_LESSON13_STEP picks the step of the schedule (README, "The step
-# table"). Predict first (README, "How to profile").
+# reasons that matter here. The variant (fa-bench --variant step1 .. step4) picks the step of the
+# schedule (README, "The step table"). Predict first (README, "How to profile").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
@@ -19,7 +19,7 @@ echo "== lesson 08 (mma.sync)"
 "$root/tools/ncu-profile.sh" lesson13_vs_08 "$metrics" "pipelined_kernel" --lessons 08 $shape
 for step in 1 2 3 4; do
   echo "== lesson 13, step $step"
-  FA_LESSON13_STEP=$step "$root/tools/ncu-profile.sh" lesson13_step$step "$metrics" "hopper_kernel" --lessons 13 $shape
+  "$root/tools/ncu-profile.sh" lesson13_step$step "$metrics" "hopper_kernel" --lessons 13 --variant "step$step" $shape
 done
 echo "Read it: the tensor pipe's busy fraction is the ceiling's share each kernel reaches; what is"
 echo "left is in the stalls. Step 2 lets a warpgroup's softmax run while its P V is on the tensor"

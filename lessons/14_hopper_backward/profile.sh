@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Lesson 14's profiling exercise: where the Hopper backward's time goes, per kernel, for both ways
-# of adding dQ's shares (N = 16384 unless FA_PROFILE_SEQLEN says otherwise: 16 heads x head_dim 128
-# and 32 x 64, fp16, non-causal):
-#   FA_LESSON14_DQ=bulk:   the default: the consumers stage each share in shared memory, and a dQ
-#                          writer warp adds it with one TMA bulk reduce-add (cp.reduce.async.bulk);
-#   FA_LESSON14_DQ=atomic: 16-byte fp32 atomics (atomicAdd on float4) from every consumer thread,
-#                          each warp's on 512 contiguous bytes of the accumulator (part 1's way).
+# of adding dQ's shares, the lesson's variants (N = 16384 unless FA_PROFILE_SEQLEN says otherwise:
+# 16 heads x head_dim 128 and 32 x 64, fp16, non-causal):
+#   writers: the default: the consumers stage each share in shared memory, and a dQ writer warp
+#            adds it with one TMA bulk reduce-add (cp.reduce.async.bulk);
+#   atomic:  16-byte fp32 atomics (atomicAdd on float4) from every consumer thread, each warp's
+#            on 512 contiguous bytes of the accumulator (part 1's way).
 # Each run has three kernels: preprocess_kernel (D, LSE2, the accumulator zeroed), backward_kernel
 # (dK, dV and dQ's shares) and postprocess_kernel (dQ gathered from the threads' order, scaled and
 # rounded). Per kernel: time; the tensor pipe's busy fraction (wgmma's HGMMA is counted by the
@@ -35,11 +35,11 @@ metrics=$metrics,${stall}_mio_throttle_per_warp_active.pct
 n=${FA_PROFILE_SEQLEN:-16384}
 echo "fa-bench --bwd takes O and the LSE from lesson 08's forward in $FA_BUILD: if your lesson 08 is"
 echo "not done, run FA_BUILD=$root/build/solutions $0 (the course's lessons)."
-for dq in bulk atomic; do
+for dq in writers atomic; do
   if [ "$dq" = atomic ]; then how="16-byte fp32 atomics from the consumers"; else how="the writer warps' bulk reduce-adds"; fi
-  echo "== dQ by $how (FA_LESSON14_DQ=$dq), N = $n, head_dim 128 then 64 (non-causal, fp16)"
-  FA_LESSON14_DQ=$dq "$root/tools/ncu-profile.sh" lesson14_dq_${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
-    --bwd --lessons 14 --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
+  echo "== dQ by $how (variant $dq), N = $n, head_dim 128 then 64 (non-causal, fp16)"
+  "$root/tools/ncu-profile.sh" lesson14_dq_${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
+    --bwd --lessons 14 --variant "$dq" --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
 done
 echo "Read it: the three kernels' times add up to the backward's; backward_kernel is nearly all of it."
 echo "The tensor pipe's busy fraction is the share of the wgmma ceiling the kernel reaches; the rest"

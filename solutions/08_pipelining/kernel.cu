@@ -11,7 +11,6 @@
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson08
 //   lessons/08_pipelining/profile.sh
-#include <cstdlib>
 #include <string>
 
 #include "fa/cuda_check.hpp"
@@ -280,30 +279,21 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
   ((index == kIndex ? launch_config<T, kIndex>(p, stream) : void()), ...);
 }
 
-// Runs configuration `index` of kConfigs: the one path of forward() and of the tests.
+// Runs configuration `index` of kConfigs (the runtime checked that it is one of this head dim's).
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
   fa::throw_if_todos_left("08_pipelining", kTodosLeft);
-  if (p.batch * p.heads_q > 65535)
-    throw fa::InvalidArgument("lesson 08_pipelining: batch * heads_q must be at most 65535 (grid y), got " +
-                              std::to_string(p.batch * p.heads_q));
-  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
-    throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +
-                              " for head_dim " + std::to_string(p.head_dim));
   FA_DISPATCH_DTYPE(p.dtype, T,
                     launch_index<T>(p, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{}));
 }
 
+// Variant 0 runs the configuration config_for picks for this GPU and head dim; variant i + 1 runs
+// kConfigs[i] (the lesson's tests run every one; tune.sh times them).
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
-  // FA_LESSON08_CONFIG=<index into kConfigs> overrides the choice (lessons/08_pipelining/tune.sh).
-  const char* forced = std::getenv("FA_LESSON08_CONFIG");
-  run_config(p, forced ? std::atoi(forced) : lesson08::config_for(fa::current_device().sm, p.head_dim), stream);
+  run_config(p, p.variant > 0 ? p.variant - 1 : lesson08::config_for(fa::current_device().sm, p.head_dim), stream);
 }
 
 }  // namespace
-
-// Runs one configuration of kConfigs by index (the lesson's tests run every one of them).
-void fa_lesson08_forward_config(const fa::AttnParams& p, int index, cudaStream_t stream) { run_config(p, index, stream); }
 
 const fa::LessonInfo& fa_lesson_08() {
   static const fa::LessonInfo info = [] {
@@ -317,6 +307,9 @@ const fa::LessonInfo& fa_lesson_08() {
     l.features.index64 = true;
     l.features.alignment_bytes = 16;  // cp.async copies 16-byte chunks
     l.forward = &forward;
+    l.variants = {{"auto", "the configuration tiles.hpp's config_for picks for this GPU and head dim"}};
+    for (int i = 0; i < lesson08::kNumConfigs; ++i) l.variants.push_back(lesson08::config_variant(i));
+    l.max_batch_heads = 65535;  // (batch, head) is the grid's y
     return l;
   }();
   return info;

@@ -3,6 +3,8 @@
 // against each architecture's limit.
 #pragma once
 
+#include <string>
+
 #include "fa/params.hpp"
 
 namespace lesson08 {
@@ -89,6 +91,16 @@ constexpr int config_for(int sm, int head_dim) {
   if (head_dim == 64) return sm == 86 || sm == 89 ? 2 : 0;
   if (head_dim == 128) return sm == 86 || sm == 89 ? 5 : 3;
   return -1;
+}
+
+// Configuration i as a variant of the lesson (and of lesson 09, which runs on these tiles): its
+// name, "config<i>", what it is, and the head dim it runs.
+inline fa::Variant config_variant(int i) {
+  const Config& c = kConfigs[i];
+  return {"config" + std::to_string(i),
+          "d" + std::to_string(c.head_dim) + ": " + std::to_string(c.rows) + " query rows x " + std::to_string(c.keys) + " keys (" +
+              std::to_string(c.sub) + " a step), " + std::to_string(c.warps) + " warps, " + std::to_string(c.stages) + " stages",
+          fa::Variant::Pass::kBoth, c.head_dim};
 }
 
 }  // namespace lesson08

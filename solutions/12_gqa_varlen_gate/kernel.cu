@@ -14,13 +14,10 @@
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
-// Experiment knobs (environment, read on the host): FA_LESSON12_ORDER=natural runs the forward's
-// tiles in packed order instead of heaviest first; FA_LESSON12_DQ=pass times the backward's
-// deterministic dQ pass in the default mode too.
+// The lesson's variants (fa-bench --variant): natural runs the forward's tiles in packed order
+// instead of heaviest first; pass times the backward's deterministic dQ pass in the default mode.
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "../08_pipelining/tiles.hpp"
@@ -115,7 +112,7 @@ __device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
 //   3. its exclusive prefix sum: where each bucket's tiles start in `order`;
 //   4. each tile takes the next place of its bucket (atomicAdd in shared memory).
 // The order within a bucket varies from run to run; no result depends on it (each tile's block
-// computes alone). With heaviest_first false (FA_LESSON12_ORDER=natural, the forward only: README,
+// computes alone). With heaviest_first false (the variant natural, the forward only: README,
 // question 4) the sorted map is then overwritten in packed order, (sequence, tile) ascending, so
 // both orders cost the same plan.
 __device__ int block_exclusive_scan(int x, int* buf, int* total) {
@@ -192,7 +189,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     order[atomicAdd(&hist[bucket(m)], 1)] = m;
   }
   // END SOLUTION
-  if (!heaviest_first) {  // FA_LESSON12_ORDER=natural: packed order instead
+  if (!heaviest_first) {  // the variant natural: packed order instead
     __syncthreads();  // the sorted entries are written, and tile_start is visible to every thread
     for (int x = tid; x < tile_start[batch]; x += kPlanThreads) order[x] = tile_at(tile_start, batch, x);
   }
@@ -296,7 +293,7 @@ __device__ __forceinline__ int head(int heads) { return blockIdx.x / (gridDim.x 
 // A forward-style block (one query tile against the key tiles it sees, lesson 06's bounds): its
 // sequence, tile (-1: past the end of the map), the causal offset, the key tiles it visits and
 // the first that needs the mask. heaviest_first false: a dense batch's tiles in ascending order
-// (FA_LESSON12_ORDER=natural); a varlen map carries its own order.
+// (the variant natural); a varlen map carries its own order.
 struct Block {
   Seq s;
   int tile, offset, n_full, n_tiles;
@@ -1309,22 +1306,16 @@ void forward_dispatch(const fa::AttnParams& p, int index, bool heaviest_first, c
   else throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: no forward configuration for head_dim " + std::to_string(p.head_dim));
 }
 
-// FA_LESSON12_ORDER (README, question 4): the order the forward's blocks take their query tiles in.
-// Unset or "heaviest": heaviest first (the default: the varlen map sorted by work, a dense causal
-// batch's last tile first); "natural": packed order, (sequence, tile) ascending. Anything else
-// is an error, raised before any launch.
-bool forward_heaviest_first() {
-  const char* order = std::getenv("FA_LESSON12_ORDER");
-  if (order == nullptr || *order == '\0' || std::strcmp(order, "heaviest") == 0) return true;
-  if (std::strcmp(order, "natural") == 0) return false;
-  throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: FA_LESSON12_ORDER=" + std::string(order) +
-                            " is not an order: use natural (packed order) or heaviest (the default)");
-}
+// The variants (fa_lesson_12 below): 0 the default, 1 "natural" (the forward's blocks take their
+// query tiles in packed order, (sequence, tile) ascending, instead of heaviest first: the varlen map
+// sorted by work, a dense causal batch's last tile first; README, question 4), 2 "pass" (the
+// backward's dQ by the deterministic second pass in the default mode too, as lesson 11).
+enum Variant { kDefault, kNatural, kPass };
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
   const int index = lesson08::config_for(fa::current_device().sm, p.head_dim);
-  const bool heaviest_first = forward_heaviest_first();
+  const bool heaviest_first = p.variant != kNatural;
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.gate != nullptr) forward_dispatch<T, true>(p, index, heaviest_first, stream);
     else forward_dispatch<T, false>(p, index, heaviest_first, stream);
@@ -1413,9 +1404,7 @@ void backward_dispatch(const fa::AttnParams& p, bool atomic_dq, cudaStream_t str
 
 void backward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
-  // FA_LESSON12_DQ=pass times the deterministic dQ pass in the default mode too (as lesson 11).
-  const char* dq = std::getenv("FA_LESSON12_DQ");
-  const bool atomic_dq = !p.deterministic && !(dq != nullptr && std::strcmp(dq, "pass") == 0);
+  const bool atomic_dq = !p.deterministic && p.variant != kPass;
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.gate != nullptr) backward_dispatch<T, true>(p, atomic_dq, stream);
     else backward_dispatch<T, false>(p, atomic_dq, stream);
@@ -1438,6 +1427,9 @@ const fa::LessonInfo& fa_lesson_12() {
     l.features.alignment_bytes = 16;  // cp.async and the 16-byte loads of O and dO
     l.forward = &forward;
     l.backward = &backward;
+    l.variants = {{"default", "the forward's query tiles heaviest first; the backward's dQ by atomics"},
+                  {"natural", "the forward's query tiles in packed order, (sequence, tile) ascending", fa::Variant::Pass::kForward},
+                  {"pass", "the backward's dQ by a second pass, as the deterministic mode does", fa::Variant::Pass::kBackward}};
     return l;
   }();
   return info;

@@ -6,7 +6,7 @@
 //             O += P V with P straight from S's registers;
 //   roles     warpgroup 0 produces (one thread issues every copy), warpgroups 1 and 2 consume
 //             (64 query rows each, 128 per work tile), with a ring of kStages K/V tiles between them;
-//   schedule  four steps (kDefaultStep below), the last a persistent grid: one block per SM takes
+//   schedule  four steps (the variants, kVariants below), the last a persistent grid: one block per SM takes
 //             work tiles from a counter, and loads the next one's Q and K/V under this one's end.
 // Contiguous (batch, heads, seqlen, head_dim) tensors; fp16 and bf16; head dims 64 and 128; causal
 // (bottom-right aligned) and not; GQA.
@@ -53,7 +53,22 @@ const fa::TodoList kTodosLeft = {
 // issuing their GEMMs (named barriers), so one's softmax runs under the other's GEMMs; 4 = + a
 // persistent grid: one block per SM loops over work tiles, taken from a counter in global memory,
 // and its producer loads the next tile's Q and first K/V tiles while the consumers finish this one.
-constexpr int kDefaultStep = 4;
+// The lesson's variants are the steps, step 4 the default, and step 4 on a few blocks only (at most
+// max_blocks; 0: one per SM), for the tests: each block then takes many work tiles.
+struct StepVariant {
+  const char* name;
+  int step, max_blocks;
+  const char* about;
+};
+constexpr StepVariant kVariants[] = {
+    {"step4", 4, 0, "+ a persistent grid: one block per SM takes work tiles from a counter"},
+    {"step1", 1, 0, "a block per work tile; each consumer warpgroup's S = Q K^T, softmax and O += P V one after the other"},
+    {"step2", 2, 0, "+ overlap in a warpgroup: the next tile's Q K^T issued with this tile's P V"},
+    {"step3", 3, 0, "+ ping-pong: the consumer warpgroups take turns issuing their GEMMs"},
+    {"step4-1-block", 4, 1, "step 4 on 1 block (the tests: every work tile through one block)"},
+    {"step4-2-blocks", 4, 2, "step 4 on 2 blocks (the tests: many work tiles a block)"},
+    {"step4-5-blocks", 4, 5, "step 4 on 5 blocks (the tests: many work tiles a block)"},
+};
 // K/V tiles in flight: step 1 double-buffers; steps 2-4 keep 3 at d = 128 (all that fits beside Q:
 // 32 KB + 3 x 64 KB) and 4 at d = 64, the fastest of 2-5 in the README's tile sweep (section 8).
 __host__ __device__ constexpr int stages_of(int step, int d) { return step == 1 ? 2 : d == 64 ? 4 : 3; }
@@ -503,33 +518,27 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
   }
 }
 
-// The one path of forward() and of the tests: step `step` of the schedule, the persistent grid
-// (step 4) capped at max_blocks blocks (0: one per SM); with a trace sink, the traced kernel
-// (fp16 only: one dtype is enough to see the schedule, and it halves the traced instantiations).
+// Step `step` of the schedule, the persistent grid (step 4) capped at max_blocks blocks (0: one per
+// SM); with a trace sink, the traced kernel (fp16 only: one dtype is enough to see the schedule,
+// and it halves the traced instantiations).
 void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream, const lesson13::TraceSink* trace = nullptr) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);
   fa::throw_if_todos_left("13_hopper", kTodosLeft);
-  if (step < 1 || step > 4) throw fa::InvalidArgument("lesson 13_hopper: the schedule has steps 1 to 4, not " + std::to_string(step));
-  if (max_blocks < 0) throw fa::InvalidArgument("lesson 13_hopper: max_blocks must be >= 0 (0: one block per SM)");
   // Steps 1-3 launch a block per work tile on a (query tiles, heads, batch) grid; step 4's grid is
   // one block per SM, whatever the shape.
   if (step < 4 && (p.heads_q > 65535 || p.batch > 65535))
     throw fa::InvalidArgument("lesson 13_hopper: steps 1-3 need heads_q and batch at most 65535 (grid y, z; step 4 has no such limit)");
-  if (int64_t(p.batch) * p.heads_q > INT32_MAX)  // TMA's coordinates are 32-bit
-    throw fa::InvalidArgument("lesson 13_hopper: batch * heads_q must be below 2^31");
-  const fa::DeviceInfo& dev = fa::current_device();
-  if (dev.sm != 90)  // wgmma and setmaxnreg exist on sm_90a alone
-    throw fa::Error("lesson 13_hopper: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(dev.sm));
+  const int sm_count = fa::current_device().sm_count;
   if (trace && p.dtype != fa::DType::kF16) throw fa::InvalidArgument("lesson 13_hopper: the trace runs fp16 only");
   auto go = [&](auto step_tag) {
     constexpr int kStep = decltype(step_tag)::value;
     if (trace) {
-      if (p.head_dim == 64) launch<__half, 64, kStep, true>(p, dev.sm_count, max_blocks, stream, *trace);
-      else launch<__half, 128, kStep, true>(p, dev.sm_count, max_blocks, stream, *trace);
+      if (p.head_dim == 64) launch<__half, 64, kStep, true>(p, sm_count, max_blocks, stream, *trace);
+      else launch<__half, 128, kStep, true>(p, sm_count, max_blocks, stream, *trace);
     } else if (p.head_dim == 64) {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep, false>(p, dev.sm_count, max_blocks, stream, {})));
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kStep, false>(p, sm_count, max_blocks, stream, {})));
     } else {
-      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep, false>(p, dev.sm_count, max_blocks, stream, {})));
+      FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kStep, false>(p, sm_count, max_blocks, stream, {})));
     }
   };
   switch (step) {
@@ -542,45 +551,37 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
 
 // The traced run's lanes: 3 warpgroups a block.
 int64_t trace_lanes(const fa::AttnParams& p, int step, int max_blocks) {
-  return 3 * blocks_of(p, std::clamp(step, 1, 4), max_blocks, fa::current_device().sm_count);
+  return 3 * blocks_of(p, step, max_blocks, fa::current_device().sm_count);
 }
 
 // FA_LESSON13_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks that
 // ran on SMs 0 .. FA_LESSON13_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
 // step,sm,block,role,clock,phase,key. plots/plot.py --timeline draws them. Not for timing: the
 // call waits for the kernel and copies the records back.
-void write_trace(const fa::AttnParams& p, int step, const std::string& path, cudaStream_t stream) {
-  fa::trace_to_csv("lesson 13_hopper", "FA_LESSON13_TRACE", path, 1 << 14, trace_lanes(p, step, 0), 3, "step", std::to_string(step),
-                   lesson13::phase_name, stream, [&](const fa::TraceSink& sink) { run_step(p, step, 0, stream, &sink); });
+void write_trace(const fa::AttnParams& p, const StepVariant& v, const std::string& path, cudaStream_t stream) {
+  fa::trace_to_csv("lesson 13_hopper", "FA_LESSON13_TRACE", path, 1 << 14, trace_lanes(p, v.step, v.max_blocks), 3, "step",
+                   std::to_string(v.step), lesson13::phase_name, stream,
+                   [&](const fa::TraceSink& sink) { run_step(p, v.step, v.max_blocks, stream, &sink); });
 }
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
-  // FA_LESSON13_STEP=1|2|3|4 runs that step of the schedule (the README's step table).
-  int step = kDefaultStep;
-  if (const char* e = std::getenv("FA_LESSON13_STEP")) {
-    const std::string v = e;
-    if (v != "1" && v != "2" && v != "3" && v != "4")
-      throw fa::InvalidArgument("lesson 13_hopper: FA_LESSON13_STEP must be 1, 2, 3 or 4, not '" + v + "'");
-    step = v[0] - '0';
-  }
-  if (const char* path = std::getenv("FA_LESSON13_TRACE")) write_trace(p, step, path, stream);
-  else run_step(p, step, 0, stream);
+  const StepVariant& v = kVariants[p.variant];
+  if (const char* path = std::getenv("FA_LESSON13_TRACE")) write_trace(p, v, path, stream);
+  else run_step(p, v.step, v.max_blocks, stream);
 }
 
 }  // namespace
 
-// The traced kernel's records, every block's three warpgroups (lane = block * 3 + warpgroup), for
-// the lesson's GPU test; `capacity` events at most per warpgroup, else it throws.
-std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int step, int max_blocks, int capacity,
-                                                   cudaStream_t stream) {
-  return fa::run_traced("lesson 13_hopper", trace_lanes(p, step, max_blocks), 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
-                        [&](const fa::TraceSink& sink) { run_step(p, step, max_blocks, stream, &sink); });
-}
+const fa::LessonInfo& fa_lesson_13();
 
-// Runs one step of the schedule, the persistent grid capped at max_blocks blocks (0: one per SM):
-// the lesson's GPU tests run every step, and step 4 with blocks that take many work tiles each.
-void fa_lesson13_forward_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t stream) {
-  run_step(p, step, max_blocks, stream);
+// The traced kernel's records, every block's three warpgroups (lane = block * 3 + warpgroup), of the
+// call's variant (p.variant), for the lesson's GPU test; `capacity` events at most per warpgroup,
+// else it throws. The call is validated first, as run_forward does.
+std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int capacity, cudaStream_t stream) {
+  fa::validate_forward(fa_lesson_13(), p);
+  const StepVariant& v = kVariants[p.variant];
+  return fa::run_traced("lesson 13_hopper", trace_lanes(p, v.step, v.max_blocks), 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
+                        [&](const fa::TraceSink& sink) { run_step(p, v.step, v.max_blocks, stream, &sink); });
 }
 
 const fa::LessonInfo& fa_lesson_13() {
@@ -595,6 +596,9 @@ const fa::LessonInfo& fa_lesson_13() {
     l.features.index64 = true;
     l.features.alignment_bytes = 16;  // TMA: 16-byte aligned base and strides
     l.forward = &forward;
+    for (const StepVariant& v : kVariants) l.variants.push_back({v.name, v.about});
+    l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
+    l.needs_sm = 90;                // wgmma and setmaxnreg exist on sm_90a alone
     return l;
   }();
   return info;

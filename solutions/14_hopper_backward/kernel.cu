@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             fa::fence_proxy_async_global();
           }
-          // The tests' stress mode (FA_LESSON14_STRESS=1): hold each share up to about 8 us before
+          // The tests' stress mode (the variant stress): hold each share up to about 8 us before
           // adding it, so that consumers running ahead find their buffer still unread.
           mark(role, ph::kReduce, tile);
           if (stress) __nanosleep(uint32_t(tile * 2654435761u) >> 19);
@@ -604,13 +604,7 @@ void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, con
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
-  const fa::DeviceInfo& dev = fa::current_device();
-  if (dev.sm != 90)  // wgmma, TMA and setmaxnreg exist on sm_90a alone
-    throw fa::Error("lesson 14_hopper_backward: needs a Hopper GPU (sm_90a); this one is sm_" + std::to_string(dev.sm));
-  // TMA's coordinates and the grid's x are 32-bit.
-  if (int64_t(p.batch) * p.heads_q > INT32_MAX)
-    throw fa::InvalidArgument("lesson 14_hopper_backward: batch * heads_q must be below 2^31");
-  if (key_blocks(p) > INT32_MAX)
+  if (key_blocks(p) > INT32_MAX)  // the grid's x
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
   if (trace) {
     if (p.dtype != fa::DType::kF16 || mode != kBulk)
@@ -629,20 +623,15 @@ void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, con
   else go(std::integral_constant<int, kOrdered>{});
 }
 
+// The variants (fa_lesson_14 below): 0 "writers", dQ by the writer warps' bulk reduce-adds; 1
+// "atomic", part 1's fp32 atomics from the consumers; 2 "stress", the writers with a lag of up to
+// about 8 us before each add (the tests': consumers running ahead find their staging buffer still
+// unread). The deterministic mode adds in order through the writers, with the lag in "stress".
+enum Variant { kWriters, kAtomicVariant, kStress };
+
 void backward(const fa::AttnParams& p, cudaStream_t stream) {
-  // FA_LESSON14_DQ=atomic times part 1's atomics from the consumers instead of the dQ writers'
-  // bulk reduce-adds (README, "dQ").
-  int mode = kBulk;
-  if (const char* e = std::getenv("FA_LESSON14_DQ")) {
-    const std::string v = e;
-    if (v != "atomic" && v != "bulk")
-      throw fa::InvalidArgument("lesson 14_hopper_backward: FA_LESSON14_DQ must be atomic or bulk, not '" + v + "'");
-    mode = v == "bulk" ? kBulk : kAtomic;
-  }
-  // FA_LESSON14_STRESS=1 (tests/lesson14_gpu_test.cpp): the dQ writers wait a while before each add.
-  const char* st = std::getenv("FA_LESSON14_STRESS");
-  const int stress = st && std::string(st) == "1";
-  if (p.deterministic) mode = kOrdered;
+  const int mode = p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk;
+  const int stress = p.variant == kStress;
   // FA_LESSON14_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks
   // that ran on SMs 0 .. FA_LESSON14_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
   // head_dim,sm,block,role,clock,phase,key (trace.hpp; plots/plot.py --phases reduces them to one
@@ -671,6 +660,11 @@ const fa::LessonInfo& fa_lesson_14() {
     l.features.index64 = true;
     l.features.alignment_bytes = 16;  // TMA: 16-byte aligned bases and strides
     l.backward = &backward;
+    l.variants = {{"writers", "dQ by the dQ writer warps, one bulk reduce-add a share"},
+                  {"atomic", "dQ by 16-byte fp32 atomics from the consumers (part 1's way)"},
+                  {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"}};
+    l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
+    l.needs_sm = 90;                // wgmma, TMA and setmaxnreg exist on sm_90a alone
     return l;
   }();
   return info;
