@@ -1,8 +1,18 @@
 # The one CMake helper per lesson, and the one helper per test executable.
 #
-#   fa_add_lesson(<NN> <name> [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [TILE_COUNTS forward|backward]
+#   fa_add_lesson(<NN> <name> TITLE <title> SUPPORTS <feature...> HEAD_DIMS <d...>|ANY [ALIGN <bytes>]
+#                 POINTS <correctness> <performance>
+#                 [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [TILE_COUNTS forward|backward]
 #                 [CPU_TESTS files...] [GPU_TESTS files...])
 #
+# is the lesson's one declaration. TITLE, SUPPORTS (fp16 bf16 causal seqlen_q_ne_k gqa any_strides
+# varlen rope gate index64), HEAD_DIMS (ANY: 1 to 256) and ALIGN (the alignment of base pointers and
+# row strides the kernel needs, default 2) become fa_lesson_<NN>_declared(), generated into
+# ${CMAKE_BINARY_DIR}/generated/lesson<NN>_declared.cpp and compiled into the lesson: its descriptor
+# (fa_lesson_<NN>(), at the end of its kernel file) starts from it and adds the entry points and
+# variants, and its tests require what it declares (tests/lesson_binding.cpp), so no file restates it
+# and a lesson cannot dodge a case by declaring less. POINTS are its grading points
+# (${CMAKE_BINARY_DIR}/grading.txt, fa_write_grading below). It
 # builds ${FA_LESSONS_DIR}/<NN>_<name>/*.{cu,cpp} into the library lesson<NN> (linked with the
 # runtime, never with the reference), and its tests labelled lesson<NN>:
 #   FORWARD_SUITE  the shared forward suite (tests/forward_suite.cpp) run on this lesson
@@ -41,18 +51,48 @@ function(fa_gpu_only_build arch)
   endif()
 endfunction()
 
-# fa_add_doctest(<target> KIND cpu|gpu LABEL <label> [PART <part>] SOURCES ... [LIBS ...] [DEFINES ...])
+# The test cases a test source declares: its lines TEST_CASE("<name>") ..., in order, into <out>.
+function(fa_test_cases file out)
+  file(STRINGS ${file} lines REGEX "^TEST_CASE\\(\"")
+  set(cases "")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^TEST_CASE\\(\"([^\"]*)\".*$" "\\1" name "${line}")
+    list(APPEND cases "${name}")
+  endforeach()
+  set(${out} "${cases}" PARENT_SCOPE)
+endfunction()
+
+# fa_add_doctest(<target> KIND cpu|gpu LABEL <label> [PART <part>] SOURCES ... [LIBS ...] [DEFINES ...]
+#                [CASES_REGEX <regex>])
 # One doctest executable with the course's main (skip code, FA_REQUIRE_GPU, FA_TEST_SEED);
 # every test case becomes a ctest test named <label>/<case> (<label>/<part>/<case> with PART)
-# with labels <label> and <kind>. maintainers/manifest.txt lists its cases under <label> (<label>.<part>).
+# with labels <label> and <kind>. The cases its sources declare (and the shared suites it links) are
+# the manifest's lines for <label> (<label>.<part>): fa_add_manifest_checks. CASES_REGEX keeps only
+# the declared cases it matches (a source whose cases are chosen by a define: tile_counts_test.cpp).
 function(fa_add_doctest target)
-  cmake_parse_arguments(T "" "KIND;LABEL;PART" "SOURCES;LIBS;DEFINES" ${ARGN})
+  cmake_parse_arguments(T "" "KIND;LABEL;PART;CASES_REGEX" "SOURCES;LIBS;DEFINES" ${ARGN})
   set(prefix "${T_LABEL}/")
   set(key "${T_LABEL}")
   if(T_PART)
     set(prefix "${T_LABEL}/${T_PART}/")
     set(key "${T_LABEL}.${T_PART}")
   endif()
+  set(entries "")
+  foreach(src IN LISTS T_SOURCES)
+    get_filename_component(abs ${src} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    fa_test_cases(${abs} cases)
+    foreach(c IN LISTS cases)
+      if(NOT T_CASES_REGEX OR c MATCHES "${T_CASES_REGEX}")
+        list(APPEND entries "${c}")
+      endif()
+    endforeach()
+  endforeach()
+  foreach(suite forward backward)
+    if(fa_${suite}_suite IN_LIST T_LIBS)
+      list(APPEND entries "@${suite}-suite")
+    endif()
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY FA_MANIFEST_CASES_${key} "${entries}")
   add_executable(${target} ${T_SOURCES})
   target_link_libraries(${target} PRIVATE fa_test_main_${T_KIND} doctest::doctest fa_runtime ${T_LIBS})
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
@@ -69,17 +109,106 @@ function(fa_add_doctest target)
 endfunction()
 
 # The definitions that bind tests/lesson_binding.cpp (or a mutant) to a lesson: its descriptor
-# getter and its number, without leading zeros ("08" would be an octal literal in C++).
+# getter, its declaration (the requirements) and its number, without leading zeros ("08" would be
+# an octal literal in C++).
 function(fa_lesson_binding_defines out getter nn)
   string(REGEX REPLACE "^0+([0-9])" "\\1" number "${nn}")
-  set(${out} FA_LESSON_GETTER=${getter} FA_LESSON_NUMBER=${number} PARENT_SCOPE)
+  set(${out} FA_LESSON_GETTER=${getter} FA_LESSON_DECLARED=fa_lesson_${nn}_declared FA_LESSON_NUMBER=${number} PARENT_SCOPE)
+endfunction()
+
+# fa_declare_lesson(<NN> <id> <kind cpu|gpu> <arch> TITLE ... SUPPORTS ... HEAD_DIMS ... ALIGN ... POINTS ...):
+# writes generated/lesson<NN>_declared.cpp (fa_lesson_<NN>_declared(): id, title, memory, features,
+# the GPU it needs) and records the points for fa_write_grading. Its path in <out>.
+function(fa_declare_lesson nn id kind arch out)
+  cmake_parse_arguments(D "" "TITLE;ALIGN" "SUPPORTS;HEAD_DIMS;POINTS" ${ARGN})
+  set(where "fa_add_lesson(${nn}): ")
+  if(NOT D_TITLE)
+    message(FATAL_ERROR "${where}TITLE <the lesson's one-line title> is required")
+  endif()
+  if(NOT D_HEAD_DIMS)
+    message(FATAL_ERROR "${where}HEAD_DIMS <d...> or HEAD_DIMS ANY is required")
+  endif()
+  list(LENGTH D_POINTS n_points)
+  if(NOT n_points EQUAL 2)
+    message(FATAL_ERROR "${where}POINTS <correctness> <performance> is required (two numbers)")
+  endif()
+  set(known fp16 bf16 causal seqlen_q_ne_k gqa any_strides varlen rope gate index64)
+  set(features "")
+  foreach(f IN LISTS D_SUPPORTS)
+    if(NOT f IN_LIST known)
+      message(FATAL_ERROR "${where}SUPPORTS ${f}: not a feature (${known})")
+    endif()
+    string(APPEND features "  l.features.${f} = true;\n")
+  endforeach()
+  if(D_HEAD_DIMS STREQUAL "ANY")
+    set(dims "  l.features.head_dims = {};  // any head dim up to 256\n")
+  else()
+    foreach(d IN LISTS D_HEAD_DIMS)
+      if(NOT d MATCHES "^[1-9][0-9]*$")
+        message(FATAL_ERROR "${where}HEAD_DIMS takes head dims or ANY, not ${d}")
+      endif()
+    endforeach()
+    string(REPLACE ";" ", " list "${D_HEAD_DIMS}")
+    set(dims "  l.features.head_dims = {${list}};\n")
+  endif()
+  set(align "")
+  if(D_ALIGN)
+    set(align "  l.features.alignment_bytes = ${D_ALIGN};\n")
+  endif()
+  set(memory kDevice)
+  if(kind STREQUAL "cpu")
+    set(memory kHost)
+  endif()
+  set(sm "")
+  if(arch MATCHES "^([0-9]+)a?$")
+    set(sm "  l.needs_sm = ${CMAKE_MATCH_1};  // built for sm_${arch} alone\n")
+  endif()
+  string(REPLACE "\\" "\\\\" title "${D_TITLE}")
+  string(REPLACE "\"" "\\\"" title "${title}")
+  set(file ${CMAKE_BINARY_DIR}/generated/lesson${nn}_declared.cpp)
+  string(CONCAT content
+    "// Generated by fa_add_lesson (cmake/FaLesson.cmake) from lesson ${nn}'s line in CMakeLists.txt: do not edit.\n"
+    "// What the lesson supports, declared once: its descriptor starts from it, its tests require it.\n"
+    "#include \"fa/params.hpp\"\n\n"
+    "fa::LessonInfo fa_lesson_${nn}_declared() {\n"
+    "  fa::LessonInfo l;\n"
+    "  l.id = \"${id}\";\n"
+    "  l.title = \"${title}\";\n"
+    "  l.memory = fa::Memory::${memory};\n"
+    "${features}${dims}${align}${sm}"
+    "  return l;\n"
+    "}\n")
+  file(CONFIGURE OUTPUT ${file} CONTENT "${content}")
+  list(GET D_POINTS 0 p0)
+  list(GET D_POINTS 1 p1)
+  set_property(GLOBAL APPEND PROPERTY FA_GRADING_POINTS "lesson${nn} ${p0} ${p1}")
+  set(${out} ${file} PARENT_SCOPE)
+endfunction()
+
+# ${CMAKE_BINARY_DIR}/grading.txt, what fa-grade reads: tests/grading.txt's rules and features, then
+# each lesson's points from its fa_add_lesson line (POINTS).
+function(fa_write_grading)
+  file(READ ${PROJECT_SOURCE_DIR}/tests/grading.txt rules)
+  get_property(points GLOBAL PROPERTY FA_GRADING_POINTS)
+  string(REPLACE ";" "\n" points "${points}")
+  file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/grading.txt
+       CONTENT "${rules}\n# Lesson lines, from the POINTS of each fa_add_lesson line (CMakeLists.txt): <label> <points> <perf points>.\n${points}\n")
 endfunction()
 
 function(fa_add_lesson nn name)
-  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH;TILE_COUNTS" "CPU_TESTS;GPU_TESTS" ${ARGN})
+  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH;TILE_COUNTS;TITLE;ALIGN" "CPU_TESTS;GPU_TESTS;SUPPORTS;HEAD_DIMS;POINTS" ${ARGN})
   set(id ${nn}_${name})
   set(label lesson${nn})
   set(dir ${FA_LESSONS_DIR}/${id})
+  # The declaration first: a lesson skipped below (missing, or for another GPU) keeps its points.
+  file(GLOB cu_srcs CONFIGURE_DEPENDS ${dir}/*.cu)
+  set(kind gpu)
+  if(EXISTS ${dir} AND NOT cu_srcs)
+    set(kind cpu)  # host C++ only (lesson 00)
+  endif()
+  fa_declare_lesson(${nn} ${id} ${kind} "${L_ARCH}" declared TITLE "${L_TITLE}" SUPPORTS ${L_SUPPORTS} HEAD_DIMS ${L_HEAD_DIMS}
+                    ALIGN "${L_ALIGN}" POINTS ${L_POINTS})
+  set_property(GLOBAL PROPERTY FA_LESSON_DECLARED_${nn} ${declared})
   if(NOT EXISTS ${dir})
     message(WARNING "lesson ${id}: ${dir} does not exist; its test reports it missing")
     add_test(NAME ${label}/missing COMMAND ${CMAKE_COMMAND} -E false)
@@ -119,12 +248,7 @@ function(fa_add_lesson nn name)
   if(NOT srcs)
     message(FATAL_ERROR "lesson ${id}: no .cu or .cpp sources in ${dir}")
   endif()
-  list(FILTER srcs INCLUDE REGEX "\\.cu$")
-  set(kind cpu)
-  if(srcs)
-    set(kind gpu)
-  endif()
-  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*.cpp)
+  list(APPEND srcs ${declared})  # fa_lesson_<NN>_declared(), generated above
   add_library(${label} STATIC ${srcs})
   set_property(GLOBAL APPEND PROPERTY FA_BUILT_LESSONS ${nn})  # fa-bench runs every lesson built
   # The runtime and Eigen (lesson 00's exercise is Eigen code); never fa_reference.
@@ -202,7 +326,7 @@ function(fa_add_lesson nn name)
     target_include_directories(${label}_counted PUBLIC ${dir} PRIVATE ${FA_LESSONS_DIR})
     target_compile_definitions(${label}_counted PRIVATE FA_COUNT_TILES)
     fa_lesson_binding_defines(binding_defines fa_lesson_${nn} ${nn})
-    fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles
+    fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles CASES_REGEX "^tiles: the ${L_TILE_COUNTS} "
                    SOURCES ${PROJECT_SOURCE_DIR}/tests/tile_counts_test.cpp ${binding}
                    LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} FA_TILES_${direction}=1)
     list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
@@ -230,23 +354,35 @@ function(fa_add_lesson nn name)
   set_tests_properties(${label}/links_without_reference PROPERTIES LABELS "${label};cpu")
 endfunction()
 
-# One test per label in maintainers/manifest.txt: the test cases it lists must all be registered by the
-# label's executables (a test executable that fails to build or to list does not vanish quietly).
+# The manifest, <build>/manifest.txt: per label (<label>.<part>), the test cases its executables'
+# sources declare, the shared suites as groups (a line "<label> | @forward-suite" stands for every
+# "@forward-suite | <case>" line). One test per label checks that its executables register exactly
+# those cases: a test executable that fails to build or to list cannot make its tests vanish
+# quietly. fa-grade scores 0 a lesson whose manifest test fails.
 function(fa_add_manifest_checks)
   get_property(labels GLOBAL PROPERTY FA_MANIFEST_LABELS)
   list(REMOVE_DUPLICATES labels)
-  file(STRINGS ${PROJECT_SOURCE_DIR}/maintainers/manifest.txt lines REGEX "^[a-z0-9_.]+ *\\|")
-  set(manifest_labels "")
-  foreach(line IN LISTS lines)
-    string(REGEX MATCH "^[a-z0-9_.]+" l "${line}")
-    list(APPEND manifest_labels ${l})
+  set(manifest ${CMAKE_BINARY_DIR}/manifest.txt)
+  string(CONCAT text "# Generated by fa_add_manifest_checks (cmake/FaLesson.cmake) from the test sources: do not edit.\n"
+                     "# <label> | <test case>, or <label> | @group for every case listed under @group.\n")
+  foreach(suite forward backward)
+    fa_test_cases(${PROJECT_SOURCE_DIR}/tests/${suite}_suite.cpp cases)
+    foreach(c IN LISTS cases)
+      string(APPEND text "@${suite}-suite | ${c}\n")
+    endforeach()
   endforeach()
-  list(REMOVE_DUPLICATES manifest_labels)
-  foreach(l IN LISTS manifest_labels)
+  foreach(l IN LISTS labels)
+    get_property(cases GLOBAL PROPERTY FA_MANIFEST_CASES_${l})
+    foreach(c IN LISTS cases)
+      string(APPEND text "${l} | ${c}\n")
+    endforeach()
+  endforeach()
+  file(CONFIGURE OUTPUT ${manifest} CONTENT "${text}")
+  foreach(l IN LISTS labels)
     get_property(exes GLOBAL PROPERTY FA_MANIFEST_EXES_${l})
     string(REPLACE ";" "|" exes "${exes}")
     add_test(NAME ${l}/manifest
-             COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${PROJECT_SOURCE_DIR}/maintainers/manifest.txt
+             COMMAND ${CMAKE_COMMAND} -DLABEL=${l} "-DEXES=${exes}" -DMANIFEST=${manifest}
                      -P ${PROJECT_SOURCE_DIR}/cmake/check_manifest.cmake)
     string(REGEX REPLACE "\\..*" "" label "${l}")  # lesson04.model -> lesson04
     set_tests_properties(${l}/manifest PROPERTIES LABELS "${label};cpu")
@@ -265,7 +401,10 @@ function(fa_add_mutants name)
     set(M_SUITE forward)
   endif()
   set(target mutants_${name})
-  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp ${M_SOURCES})
+  # The lesson's declaration (its requirements): generated by its fa_add_lesson line, which writes
+  # it at configure time, before the build needs it.
+  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/lesson_binding.cpp ${M_SOURCES}
+                 ${CMAKE_BINARY_DIR}/generated/lesson${M_LESSON}_declared.cpp)
   set(kind cpu)
   if(M_KIND STREQUAL "gpu")
     set(kind gpu)

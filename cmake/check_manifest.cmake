@@ -1,7 +1,8 @@
-# ctest: every test case maintainers/manifest.txt lists for LABEL must be listed by one of EXES
-# ('|'-separated), and every case they list must be in the manifest. A line "LABEL | @group"
-# stands for every case the manifest lists under "@group | ...".
-# Run as: cmake -DLABEL=lesson00 -DEXES=a|b -DMANIFEST=maintainers/manifest.txt -P check_manifest.cmake
+# ctest: every test case the manifest (<build>/manifest.txt, generated from the test sources by
+# fa_add_manifest_checks) lists for LABEL must be listed by one of EXES ('|'-separated), and every
+# case they list must be in the manifest. A line "LABEL | @group" stands for every case the
+# manifest lists under "@group | ...".
+# Run as: cmake -DLABEL=lesson00 -DEXES=a|b -DMANIFEST=build/manifest.txt -P check_manifest.cmake
 cmake_minimum_required(VERSION 3.25)
 function(manifest_cases key out)
   string(REPLACE "." "\\." key_re "${key}")
@@ -54,7 +55,7 @@ foreach(h IN LISTS have)
   endif()
 endforeach()
 if(missing OR extra)
-  message(FATAL_ERROR "${LABEL}: registered test cases differ from maintainers/manifest.txt\nmissing:${missing}\nnot in the manifest:${extra}")
+  message(FATAL_ERROR "${LABEL}: registered test cases differ from the ones its sources declare (${MANIFEST})\nmissing:${missing}\nnot in the manifest:${extra}")
 endif()
 list(LENGTH want n)
 message(STATUS "${LABEL}: all ${n} manifest test cases registered")

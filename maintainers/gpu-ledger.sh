@@ -12,9 +12,9 @@ ledger=maintainers/gpu-ledger.md
 # What a GPU run depends on: kernels, runtime, tests, and the build that compiles them. Markdown
 # (a solution's ANSWERS.md, notes) is read by people, never by the build or a test: it is left out,
 # so an instructor's answers can follow a recorded run without another one. Of maintainers/, what
-# the GPU suite runs: the mutants, their runner and the manifest (not the ledger, nor the scripts
+# the GPU suite runs: the mutants and their runner (not the ledger, nor the scripts
 # that only CI runs: check-skeleton-tests.sh, test-student-edits.sh, test-grading.sh, cheats/).
-paths=(solutions include runtime reference tests maintainers/mutants maintainers/run_mutant.sh maintainers/manifest.txt
+paths=(solutions include runtime reference tests maintainers/mutants maintainers/run_mutant.sh
        tools/CMakeLists.txt CMakeLists.txt cmake)
 
 sources_hash() {

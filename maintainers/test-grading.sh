@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI's test of the grading path (no GPU needed; issues 29 and 30). Exits 1 on any surprise.
 #   1. the skeletons (CI's student build, graded as it is): every lesson not started, nothing scores
-#   2. the README's points table is generated from tests/grading.txt, and every shared-suite and
-#      tile-count test of maintainers/manifest.txt belongs to a feature there
+#   2. the README's points table is generated from the fa_add_lesson lines' POINTS, and every
+#      shared-suite and tile-count test of the build's manifest belongs to a feature of tests/grading.txt
 #   3. lesson 00 solved, lesson 02's CPU model alone (its kernel untouched), lesson 04 with a CPU
 #      model that fails one feature, graded with a random secret seed: 00 full marks; 02 and 04
 #      "CPU parts only" with the share they cover (02 no longer 10/10), 04 loses exactly that
@@ -57,18 +57,20 @@ raw_status_count() {  # how many of a lesson's tests ctest itself reported with 
 
 echo "== 1. the skeletons: every lesson not started, nothing scores"
 if [ "$skel" != none ] && [ -x "$skel/bin/fa-grade" ]; then
-  "$skel/bin/fa-grade" --build "$skel" --points "$root/tests/grading.txt" --out "$report" --instructor "$instr" \
+  "$skel/bin/fa-grade" --build "$skel" --points "$skel/grading.txt" --out "$report" --instructor "$instr" \
     --lessons "$root/lessons" > "$work/grade.log" 2>&1 ||
     { cat "$work/grade.log"; fail "fa-grade failed on the skeletons"; }
   sed -n '/^lesson /,/^total/p' "$work/grade.log"
   mutate=$skel/bin/fa-mutate
   grade_tool=$skel/bin/fa-grade
+  points=$skel/grading.txt
 else
   fresh
   grade --only 00,02,04
   cmake --build "$work/build" --target fa-mutate > /dev/null
   mutate=$work/build/bin/fa-mutate
   grade_tool=$work/build/bin/fa-grade
+  points=$work/build/grading.txt
 fi
 grep -q '"total": 0,' "$report/summary.json" || fail "the skeletons scored points"
 for l in $(grep -o '"lesson": "lesson[0-9][0-9]"' "$report/summary.json" | grep -o 'lesson[0-9][0-9]'); do
@@ -77,14 +79,16 @@ done
 [ "$(grep -c '"status": "not started"' "$report/summary.json")" -ge 3 ] || fail "no lesson graded"
 ok "the skeletons score 0, each lesson 'not started'"
 
-echo "== 2. the README's points table and tests/grading.txt's features"
-"$grade_tool" --points "$root/tests/grading.txt" --check-manifest "$root/maintainers/manifest.txt" || fail "a shared-suite test has no feature in tests/grading.txt"
-"$grade_tool" --points "$root/tests/grading.txt" --points-table > "$work/points-table.md"
+echo "== 2. the README's points table (the fa_add_lesson lines' POINTS) and tests/grading.txt's features"
+# The build's grading.txt: tests/grading.txt and each lesson's POINTS (cmake/FaLesson.cmake, fa_write_grading).
+[ -f "$points" ] || fail "$points was not generated"
+"$grade_tool" --points "$points" --check-manifest "$(dirname "$points")/manifest.txt" || fail "a shared-suite test has no feature in tests/grading.txt"
+"$grade_tool" --points "$points" --points-table > "$work/points-table.md"
 sed -n '/<!-- grading-points -->/,/<!-- \/grading-points -->/p' "$root/README.md" | sed '1d;$d' > "$work/readme-table.md"
 if ! diff -u "$work/readme-table.md" "$work/points-table.md"; then
   fail "README.md's points table (between <!-- grading-points --> and <!-- /grading-points -->) is not fa-grade --points-table's output"
 fi
-ok "README.md's points table is generated from tests/grading.txt"
+ok "README.md's points table is generated from the fa_add_lesson lines' POINTS"
 
 echo "== 3. lesson 00 solved, lesson 02's CPU model alone, lesson 04's model failing one feature; a secret seed"
 fresh

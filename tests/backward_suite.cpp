@@ -22,7 +22,7 @@ using fa::test::Direction;
 using fa::test::Pattern;
 
 const fa::LessonInfo& lesson() { return fa::test::lesson_under_test(); }
-const fa::test::Requirements& req() { return fa::test::required_for(fa::test::lesson_number()); }
+const fa::test::Requirements& req() { return fa::test::required(); }
 
 std::vector<DType> dtypes() {
   std::vector<DType> t;

@@ -19,7 +19,7 @@ using fa::test::Case;
 using fa::test::Pattern;
 
 const fa::LessonInfo& lesson() { return fa::test::lesson_under_test(); }
-const fa::test::Requirements& req() { return fa::test::required_for(fa::test::lesson_number()); }
+const fa::test::Requirements& req() { return fa::test::required(); }
 
 // The head dims to run: the required ones, then any other the lesson declares among a few probes.
 std::vector<int> head_dims() {

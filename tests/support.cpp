@@ -943,6 +943,14 @@ Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c) {
   });
 }
 
+Requirements requirements_of(const LessonInfo& declared) {
+  Requirements r;
+  r.features = declared.features;
+  r.head_dims = declared.features.head_dims;
+  if (r.head_dims.empty()) r.head_dims = {64, 128};  // any head dim: the suites run the course's two (and probe one more)
+  return r;
+}
+
 std::string missing_features(const LessonInfo& lesson, const Requirements& req) {
   const Features& have = lesson.features;
   const Features& need = req.features;

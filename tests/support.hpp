@@ -123,12 +123,15 @@ std::string test_variant();
 const LessonInfo& lesson_under_test();
 int lesson_number();
 
-// What each lesson must support, written here and not taken from the lesson (tests/requirements.cpp).
+// What the lesson under test must support: what its fa_add_lesson line declares (CMakeLists.txt,
+// generated into fa_lesson_NN_declared()), not what its descriptor says, so that a lesson cannot
+// dodge a case by declaring less.
 struct Requirements {
   Features features;
-  std::vector<int> head_dims;  // the head dims the suites run
+  std::vector<int> head_dims;  // the head dims the suites run: the declared ones, or 64 and 128 for any
 };
-const Requirements& required_for(int lesson);
+const Requirements& required();  // tests/lesson_binding.cpp
+Requirements requirements_of(const LessonInfo& declared);
 // The features `lesson` lacks among the required ones, as a readable list ("" if none).
 std::string missing_features(const LessonInfo& lesson, const Requirements& req);
 // Does `lesson` support head_dim d?

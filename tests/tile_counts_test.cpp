@@ -12,7 +12,7 @@ namespace {
 
 void run(fa::test::Direction dir) {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  const fa::test::Requirements& req = fa::test::required_for(fa::test::lesson_number());
+  const fa::test::Requirements& req = fa::test::required();
   for (int d : req.head_dims)
     for (bool causal : {false, true})
       for (auto [sq, sk] : {std::pair{1000, 1000}, std::pair{129, 300}, std::pair{300, 129}, std::pair{1, 128},

@@ -1,10 +1,13 @@
 // fa-grade: runs a build's tests and turns them into a per-lesson score (tools/grade.sh runs it).
 //
-//   fa-grade --build DIR [--points tests/grading.txt] [--out DIR] [--instructor DIR] [--jobs N]
+//   fa-grade --build DIR [--points DIR/grading.txt] [--out DIR] [--instructor DIR] [--jobs N]
 //            [--timeout S] [--labels lesson00,lesson04] [--lessons DIR] [--perf STUDENT.csv SOLUTION.csv]
 //   fa-grade --build DIR --progress [--lessons DIR] [--not-built L,...] [--points FILE] [--out DIR]
-//   fa-grade --points tests/grading.txt --points-table      (the README's table of points)
-//   fa-grade --points tests/grading.txt --check-manifest maintainers/manifest.txt
+//   fa-grade --points DIR/grading.txt --points-table      (the README's table of points)
+//   fa-grade --points DIR/grading.txt --check-manifest DIR/manifest.txt
+//
+// The points file is a build's grading.txt: tests/grading.txt's rules and features, and each
+// lesson's points from its fa_add_lesson line (cmake/FaLesson.cmake, fa_write_grading).
 //
 // It runs ctest once over the build (one test per core, or --jobs), printing each lesson as its
 // last test ends and a line a minute while tests run, and reads ctest's JUnit file.

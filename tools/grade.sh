@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Grades a student's lessons folder: builds every lesson from it (a lesson that does not compile
 # scores 0 and the others still run), runs the suites with a per-test timeout, and prints a
-# per-lesson score table (the points and rules are in tests/grading.txt); writes junit.xml and
+# per-lesson score table (the rules are in tests/grading.txt, each lesson's points in its fa_add_lesson
+# line, both in the build's grading.txt); writes junit.xml and
 # summary.json for an LMS, and the instructor's files (the seed, the logs) apart from them.
 #
 #   tools/grade.sh <student-lessons-folder> [--seed N|random] [--level basic|full] [--perf]
@@ -121,7 +122,7 @@ if [ "$perf" = 1 ]; then
   # The lessons with performance points; the backward-only ones (10, 11, 14) are timed with --bwd. Every
   # timed case is validated first; 4001 is no multiple of any tile, so the tails are timed too.
   pick() { awk -v bwd="$1" -v only=",$only," '!/^#/ && NF == 3 && $3 > 0 { n = substr($1, 7); b = (n == "10" || n == "11" || n == "14");
-             if (b == bwd && (only == ",," || index(only, "," n ","))) { printf "%s%s", sep, n; sep = "," } }' "$root/tests/grading.txt"; }
+             if (b == bwd && (only == ",," || index(only, "," n ","))) { printf "%s%s", sep, n; sep = "," } }' "$build/grading.txt"; }
   grid=(--seqlens 4096,4001 --head-dims 64,128 --causal 0,1 --reps 10 --max-seconds 4)
   for bwd in 0 1; do
     lessons=$(pick $bwd)
@@ -138,6 +139,6 @@ fi
 label_args=()
 if [ ${#labels[@]} -gt 0 ]; then label_args=(--labels "$(IFS=,; echo "${labels[*]}")"); fi
 echo "$(stamp) running the tests, $jobs at a time"
-FA_TEST_SEED=$seed FA_TEST_LEVEL=$level "$build/bin/fa-grade" --build "$build" --points "$root/tests/grading.txt" \
+FA_TEST_SEED=$seed FA_TEST_LEVEL=$level "$build/bin/fa-grade" --build "$build" --points "$build/grading.txt" \
   --out "$out" --instructor "$instr" --lessons "$student" --timeout "$timeout" --jobs "$jobs" ${label_args[@]+"${label_args[@]}"} ${perf_args[@]+"${perf_args[@]}"}
 echo "$(stamp) graded"

@@ -28,5 +28,5 @@ for dir in lessons/[0-9][0-9]_*/; do
     echo "$label does not compile: $(grep -m 1 -E "error" "$logs/build-$label.log" | cut -c1-200) (log: $logs/build-$label.log)"
   fi
 done
-build/student/bin/fa-grade --build build/student --progress --points tests/grading.txt --lessons lessons \
+build/student/bin/fa-grade --build build/student --progress --points build/student/grading.txt --lessons lessons \
   --not-built "${not_built#,}" --out "$logs"

@@ -104,8 +104,9 @@ struct Variant {
   int head_dim = 0;         // 0: every head dim of the lesson; else this one only (a tile configuration)
 };
 
-// What a lesson declares it supports. The tests hold their own list of what each lesson must
-// support (tests/requirements.cpp), so a lesson cannot dodge a case by declaring less.
+// What a lesson supports: its fa_add_lesson line in CMakeLists.txt declares it once (generated into
+// fa_lesson_NN_declared()), its descriptor starts from it and its tests require it, so a lesson
+// cannot dodge a case by declaring less.
 struct Features {
   bool fp16 = false, bf16 = false;
   std::vector<int> head_dims;   // supported head dims; empty means any 1..256

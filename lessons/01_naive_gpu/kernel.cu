@@ -96,16 +96,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_01_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_01_declared();
+
 const fa::LessonInfo& fa_lesson_01() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "01_naive_gpu";
-    l.title = "naive GPU: S and P in HBM";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {};  // any head dim up to 256: nothing is tiled over it
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;  // offsets in int64 (strides are int64_t)
+    fa::LessonInfo l = fa_lesson_01_declared();
     l.forward = &forward;
     l.bench_max_scores = int64_t(1) << 31;  // 8 GB of fp32 S: 32 heads at 8k
     l.bench_limit_reason = "this lesson keeps S in HBM and stops at 2^31 scores";

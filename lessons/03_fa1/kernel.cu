@@ -130,16 +130,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_03_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_03_declared();
+
 const fa::LessonInfo& fa_lesson_03() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "03_fa1";
-    l.title = "FA1 loop order (SIMT)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
+    fa::LessonInfo l = fa_lesson_03_declared();
     l.forward = &forward;
     return l;
   }();

@@ -261,17 +261,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_08_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_08_declared();
+
 const fa::LessonInfo& fa_lesson_08() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "08_pipelining";
-    l.title = "cp.async pipeline, swizzled shared memory (mma.sync)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // cp.async copies 16-byte chunks
+    fa::LessonInfo l = fa_lesson_08_declared();
     l.forward = &forward;
     l.variants = {{"auto", "the configuration tiles.hpp's config_for picks for this GPU and head dim"}};
     for (int i = 0; i < lesson08::kNumConfigs; ++i) l.variants.push_back(lesson08::config_variant(i));

@@ -413,18 +413,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_09_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_09_declared();
+
 const fa::LessonInfo& fa_lesson_09() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "09_rope_fusion";
-    l.title = "RoPE fused into the attention kernel (and rotated outside, to compare)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.rope = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // cp.async copies 16-byte chunks; the tables are read as float4
+    fa::LessonInfo l = fa_lesson_09_declared();
     l.forward = &forward;
     l.variants = {{"fused", "RoPE in the attention kernel's tile loads, on lesson 08's tiles for this GPU"},
                   {"outside", "rope_kernel writes rotated Q and K, then the same attention kernel and tiles without RoPE"},

@@ -110,19 +110,13 @@ void forward(const fa::AttnParams& p, cudaStream_t /*stream: host lesson*/) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_00_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_00_declared();
+
 const fa::LessonInfo& fa_lesson_00() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "00_reference";
-    l.title = "naive attention in Eigen";
-    l.memory = fa::Memory::kHost;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {};  // any head dim up to 256
-    l.features.causal = true;
-    l.features.seqlen_q_ne_k = true;
-    l.features.gqa = true;
-    l.features.any_strides = true;
-    l.features.index64 = true;  // offsets are computed in 64 bits (int64 strides)
+    fa::LessonInfo l = fa_lesson_00_declared();
     l.forward = &forward;
     return l;
   }();

@@ -140,16 +140,13 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_04_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_04_declared();
+
 const fa::LessonInfo& fa_lesson_04() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "04_fa2";
-    l.title = "FA2 loop order (SIMT)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
+    fa::LessonInfo l = fa_lesson_04_declared();
     l.forward = &forward;
     l.max_batch_heads = 65535;  // (batch, head) is the grid's y
     return l;

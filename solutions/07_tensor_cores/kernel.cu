@@ -256,17 +256,13 @@ void fa_lesson07_warmup(fa::DType t, const void* A, const void* B, float* C, flo
   FA_CHECK_LAUNCH();
 }
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_07_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_07_declared();
+
 const fa::LessonInfo& fa_lesson_07() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "07_tensor_cores";
-    l.title = "tensor cores (mma.sync + ldmatrix)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // 16-byte loads of Q, K and V rows
+    fa::LessonInfo l = fa_lesson_07_declared();
     l.forward = &forward;
     l.max_batch_heads = 65535;  // (batch, head) is the grid's y
     return l;

@@ -260,16 +260,13 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_10_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_10_declared();
+
 const fa::LessonInfo& fa_lesson_10() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "10_backward";
-    l.title = "backward pass: preprocess, dK/dV pass, dQ pass (SIMT)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;  // every offset is computed with the int64 strides
+    fa::LessonInfo l = fa_lesson_10_declared();
     l.forward = nullptr;        // no forward: pair this backward with lesson 08's forward
     l.backward = &backward;
     l.max_batch_heads = 65535;  // (batch, head) is the grid's y

@@ -562,17 +562,13 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_11_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_11_declared();
+
 const fa::LessonInfo& fa_lesson_11() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "11_fast_backward";
-    l.title = "backward on the tensor cores (mma.sync), atomic or deterministic dQ";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // cp.async and the 16-byte loads of O and dO
+    fa::LessonInfo l = fa_lesson_11_declared();
     l.backward = &backward;
     l.variants = {{"atomic", "dQ by fp32 atomics from the dK/dV kernel, on config_for's configuration"},
                   {"pass", "dQ by a second pass (dq_kernel), as the deterministic mode does, on config_for's configuration"}};

@@ -1413,18 +1413,13 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_12_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_12_declared();
+
 const fa::LessonInfo& fa_lesson_12() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "12_gqa_varlen_gate";
-    l.title = "grouped-query heads, packed variable-length batches, the log-decay gate (mma.sync)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = l.features.any_strides = true;
-    l.features.varlen = l.features.gate = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // cp.async and the 16-byte loads of O and dO
+    fa::LessonInfo l = fa_lesson_12_declared();
     l.forward = &forward;
     l.backward = &backward;
     l.variants = {{"default", "the forward's query tiles heaviest first; the backward's dQ by atomics"},

@@ -584,21 +584,16 @@ std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int 
                         [&](const fa::TraceSink& sink) { run_step(p, v.step, v.max_blocks, stream, &sink); });
 }
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_13_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_13_declared();
+
 const fa::LessonInfo& fa_lesson_13() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "13_hopper";
-    l.title = "TMA, mbarriers and wgmma, warp-specialised (sm_90a)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // TMA: 16-byte aligned base and strides
+    fa::LessonInfo l = fa_lesson_13_declared();
     l.forward = &forward;
     for (const StepVariant& v : kVariants) l.variants.push_back({v.name, v.about});
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
-    l.needs_sm = 90;                // wgmma and setmaxnreg exist on sm_90a alone
     return l;
   }();
   return info;

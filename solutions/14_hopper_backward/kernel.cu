@@ -648,23 +648,18 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
+// into fa_lesson_14_declared(); to it the descriptor adds the entry points, variants and limits.
+fa::LessonInfo fa_lesson_14_declared();
+
 const fa::LessonInfo& fa_lesson_14() {
   static const fa::LessonInfo info = [] {
-    fa::LessonInfo l;
-    l.id = "14_hopper_backward";
-    l.title = "the backward on Hopper: TMA, wgmma, dQ by atomics or in order (sm_90a)";
-    l.memory = fa::Memory::kDevice;
-    l.features.fp16 = l.features.bf16 = true;
-    l.features.head_dims = {64, 128};
-    l.features.causal = l.features.seqlen_q_ne_k = l.features.gqa = true;
-    l.features.index64 = true;
-    l.features.alignment_bytes = 16;  // TMA: 16-byte aligned bases and strides
+    fa::LessonInfo l = fa_lesson_14_declared();
     l.backward = &backward;
     l.variants = {{"writers", "dQ by the dQ writer warps, one bulk reduce-add a share"},
                   {"atomic", "dQ by 16-byte fp32 atomics from the consumers (part 1's way)"},
                   {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"}};
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
-    l.needs_sm = 90;                // wgmma, TMA and setmaxnreg exist on sm_90a alone
     return l;
   }();
   return info;
