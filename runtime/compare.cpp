@@ -27,7 +27,7 @@ Tolerance lse_tolerance() {
 // rounds P to 16 bits before dV = P^T dO, and dS (whose terms dP and D come from the stored,
 // rounded O) before dK = dS^T Q and dQ = dS K: each term of those sums moves by at most about 2u
 // of its size (u = 2^-11 fp16, 2^-8 bf16). So element e may be off by 4u * mag_e (2x margin), mag
-// being the same sum over |terms| (tests/support.cpp computes it), plus 2u |ref| for the output's
+// being the same sum over |terms| (tests/gradients.cpp computes it), plus 2u |ref| for the output's
 // own rounding.
 double gradient_unit(DType t) { return t == DType::kF16 ? 0x1p-11 : 0x1p-8; }
 

@@ -2,7 +2,7 @@
 // lesson's test executable (fa_add_lesson BACKWARD_SUITE) and its CPU model's. Each run takes O
 // and the LSE from the fp64 reference (a correct forward's outputs; the forward suites check the
 // forward), poisons dQ, dK and dV with NaN, guards every buffer, and compares the gradients with
-// the fp64 reference gradients on the same rounded inputs three ways (tests/support.cpp,
+// the fp64 reference gradients on the same rounded inputs three ways (tests/gradients.cpp,
 // check_gradient): elementwise atol + rtol |ref|, the relative error of each tensor, and
 // FlashAttention-2's rule (at most 3x the error of a naive 16-bit computation).
 #include <doctest/doctest.h>

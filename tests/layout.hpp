@@ -1,5 +1,5 @@
 // Where an element of a test tensor lives, in the reference's layouts (reference/reference.hpp):
-// shared by the suites' checks (support.cpp) and their hints (hints.cpp).
+// shared by the suites' checks (run.hpp, verdict.cpp, gradients.cpp) and their hints (hints.cpp).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,8 @@
 // What the shared suites are made of: cases (shape, dtype, causal, input pattern), seeded inputs
 // rounded to the storage type, and runs of a lesson with poisoned outputs, guard regions and an
-// fp64 reference comparison. One place, used by every lesson's suite and by the mutants.
+// fp64 reference comparison. One interface, used by every lesson's suite and by the mutants, written
+// by job: the cases and their inputs (cases.cpp), a run of one call (run.cpp, run.hpp), the
+// forward's verdicts (verdict.cpp) and the backward's (gradients.cpp).
 #pragma once
 
 #include <cstdint>
@@ -94,7 +96,7 @@ Outcome check_feature_rejected(const LessonInfo& lesson, const Case& c, const st
 
 // Backward (lessons 10 on). The inputs O and LSE come from the fp64 reference (O rounded to the
 // storage type, LSE in fp32), dO is random; dQ, dK and dV (and dg with the gate) are poisoned,
-// guarded, and compared with the reference gradients three ways (tests/support.cpp,
+// guarded, and compared with the reference gradients three ways (tests/gradients.cpp,
 // check_gradient): elementwise atol + rtol |ref|, the relative error of the whole tensor, and
 // FlashAttention-2's rule (at most kNaiveErrorFactor times the error of a naive computation at
 // the storage precision).

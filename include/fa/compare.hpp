@@ -36,7 +36,7 @@ Tolerance gradient_tolerance(DType t, double ref_max_abs);
 Tolerance gradient_terms_tolerance(DType t);
 std::vector<double> terms_atol(DType t, const std::vector<double>& mag);
 // FlashAttention-2's rule for gradients: the kernel's max abs error at most this many times the
-// max abs error of a naive computation at the storage precision (tests/support.cpp).
+// max abs error of a naive computation at the storage precision (tests/gradients.cpp).
 constexpr double kNaiveErrorFactor = 3.0;
 
 struct CompareReport {
