@@ -441,7 +441,8 @@ endfunction()
 
 # fa_add_patch_mutants(): one test per maintainers/mutants/*.mutant (header lines: lesson:, file:, hint:,
 # and optionally tests: and suite:). fa-mutate applies the mutant's
-# edits to its solution file, which is compiled alone (it holds the entry point); the shared forward
+# edits to its solution file, which is compiled alone (it holds the entry point; a mutated header is
+# compiled through a copy of the lesson's folder and its kernel.cu); the shared forward
 # suite (and the test file a "tests:" line names) is built against the result (the lesson's CPU model for a model.cpp mutant,
 # and lesson 00, run in CI; the GPU lesson otherwise) and must reject it by a numerical failure (maintainers/run_mutant.sh).
 # GPU mutants are compiled for one architecture: they only need to run on the GPU at hand (a
@@ -470,10 +471,26 @@ function(fa_add_patch_mutants)
       set(arch ${one_arch})
     endif()
     set(out ${CMAKE_BINARY_DIR}/mutants/${name}/${file})
-    add_custom_command(OUTPUT ${out}
-                       COMMAND fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions ${out}
-                       DEPENDS fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions/${lesson}/${file}
-                       COMMENT "Mutant ${name}")
+    set(compiled ${out})
+    if(file MATCHES "\\.(cu|cpp)$")
+      add_custom_command(OUTPUT ${out}
+                         COMMAND fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions ${out}
+                         DEPENDS fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions/${lesson}/${file}
+                         COMMENT "Mutant ${name}")
+    else()
+      # A header of the lesson (lesson 13's consumer.cuh, ...): the lesson's folder is copied beside
+      # it, the header mutated there, and the copy's kernel.cu compiled, which includes the mutated
+      # header (a quoted include looks in the including file's folder first).
+      set(dir ${CMAKE_BINARY_DIR}/mutants/${name})
+      set(compiled ${dir}/kernel.cu)
+      file(GLOB lesson_files ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cu ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cuh
+           ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.hpp)
+      add_custom_command(OUTPUT ${out} ${compiled}
+                         COMMAND ${CMAKE_COMMAND} -E copy_directory ${PROJECT_SOURCE_DIR}/solutions/${lesson} ${dir}
+                         COMMAND fa-mutate ${spec} ${PROJECT_SOURCE_DIR}/solutions ${out}
+                         DEPENDS fa-mutate ${spec} ${lesson_files}
+                         COMMENT "Mutant ${name} (${file}, with the lesson's other files)")
+    endif()
     set(getter fa_lesson_${nn})
     set(kind gpu)
     if(file STREQUAL "model.cpp")
@@ -503,7 +520,7 @@ function(fa_add_patch_mutants)
       message(FATAL_ERROR "${spec}: a 'hint: <id>' line (tests/hints.hpp), or 'hint: none', is required")
     endif()
     set(hint ${CMAKE_MATCH_1})
-    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${out} ${extra} MUTANTS ${name}=${hint} NO_CONTROL)
+    fa_add_mutants(${name} KIND ${kind} LESSON ${nn} GETTER ${getter} SUITE ${suite} SOURCES ${compiled} ${extra} MUTANTS ${name}=${hint} NO_CONTROL)
     target_include_directories(mutants_${name} PRIVATE ${PROJECT_SOURCE_DIR}/solutions/${lesson} ${PROJECT_SOURCE_DIR}/solutions)
     target_link_libraries(mutants_${name} PRIVATE Eigen3::Eigen)
     if(extra_tests STREQUAL "tile_counts_test.cpp")  # the test build that counts tiles, in the suite's direction

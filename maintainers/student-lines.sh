@@ -9,9 +9,10 @@
 # that lesson and is not counted again.
 #
 # Budgets: every lesson under 1,500 lines; lesson 12's skeleton .cu files under 600 in all; lesson
-# 13's solution kernel.cu under 400. Two are known debts, tracked by the issue "Lessons 12 and 13
-# along their seams": until that lands they may not grow past the counts below (a ratchet: lower a
-# debt when a change shrinks it, never raise it).
+# 13's solution kernel.cu under 400 (met since its seams were cut: producer.cuh, consumer.cuh,
+# pipeline.hpp, schedule.hpp). Lesson 12's two are known debts, tracked by the issue "Lessons 12 and
+# 13 along their seams": until its seams are cut they may not grow past the counts below (a ratchet:
+# lower a debt when a change shrinks it, never raise it).
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
 set -uo pipefail
@@ -22,9 +23,8 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # Known debts (see the header): the most each may be until the seams are cut.
-debt_l12_lesson=1800    # lesson 12's own code plus new headers
-debt_l12_cu=1320        # lesson 12's skeleton .cu files
-debt_l13_kernel=610     # solutions/13_hopper/kernel.cu
+debt_l12_lesson=1790    # lesson 12's own code plus new headers
+debt_l12_cu=1300        # lesson 12's skeleton .cu files
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk
@@ -76,9 +76,9 @@ done
 l12_cu=$(cat lessons/12_*/*.cu | wc -l)
 l13_kernel=$(wc -l < solutions/13_hopper/kernel.cu)
 echo "lesson 12's skeleton .cu files: $l12_cu lines (target under $limit_l12_cu; debt $debt_l12_cu)"
-echo "lesson 13's solution kernel.cu: $l13_kernel lines (target under $limit_l13_kernel; debt $debt_l13_kernel)"
+echo "lesson 13's solution kernel.cu: $l13_kernel lines (under $limit_l13_kernel)"
 [ "$l12_cu" -ge "$debt_l12_cu" ] && { echo "student-lines: lesson 12's skeleton .cu files grew past their debt of $debt_l12_cu"; fail=1; }
-[ "$l13_kernel" -ge "$debt_l13_kernel" ] && { echo "student-lines: lesson 13's kernel.cu grew past its debt of $debt_l13_kernel"; fail=1; }
-[ "$l12_cu" -lt "$limit_l12_cu" ] && [ "$l13_kernel" -lt "$limit_l13_kernel" ] && echo "both seams' targets met: remove the debts"
+[ "$l13_kernel" -ge "$limit_l13_kernel" ] && { echo "student-lines: lesson 13's kernel.cu has $l13_kernel lines, $limit_l13_kernel or more"; fail=1; }
+[ "$l12_cu" -lt "$limit_l12_cu" ] && echo "lesson 12's seams' target met: remove its debts"
 if [ $fail -ne 0 ]; then echo "student-lines: over budget (maintainers/student-lines.sh says why)"; exit 1; fi
 echo "student-lines: every lesson within its budget"
