@@ -52,7 +52,10 @@ function(fa_gpu_only_build arch)
 endfunction()
 
 # The test cases a test source declares: its lines TEST_CASE("<name>") ..., in order, into <out>.
+# The source becomes a configure dependency: a test case added or renamed there regenerates the
+# manifest at the next build.
 function(fa_test_cases file out)
+  set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${file})
   file(STRINGS ${file} lines REGEX "^TEST_CASE\\(\"")
   set(cases "")
   foreach(line IN LISTS lines)

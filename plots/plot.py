@@ -13,10 +13,10 @@
     python3 plots/plot.py --phases plots/lesson14_timeline_h200.csv [trace.csv ...]
                                        # lesson 14's traced tile: one bar per trace, its phases in
                                        # order, products (tensor pipe fed) solid, the rest hatched;
-                                       # a raw trace (FA_LESSON14_TRACE=FILE) is reduced to one
+                                       # a raw trace (fa-bench --bwd --trace FILE) is reduced to one
                                        # tile's phases first, and its rows printed
     python3 plots/plot.py --timeline trace.csv [more.csv ...]
-                                       # lesson 13's traces (FA_LESSON13_TRACE): one timeline figure
+                                       # lesson 13's traces (fa-bench --trace FILE): one timeline figure
                                        # per CSV, beside it as .png, and the table of cycles per key
                                        # tile by phase (README, "The step table")
 
@@ -302,7 +302,7 @@ def rope(path):
     print(f"wrote {png}")
 
 
-# ---- Lesson 13's timelines (FA_LESSON13_TRACE CSVs: step,sm,block,role,clock,phase,key) --------
+# ---- Lesson 13's timelines (fa-bench --trace CSVs: step,sm,block,role,clock,phase,key) --------
 PHASE_STYLE = {  # colour, and the row's label in the legend
     "setup": ("black", "set-up"), "rendezvous": ("silver", "rendezvous"), "wait_q": ("firebrick", "wait Q"),
     "wait_kv": ("red", "wait K/V"), "wait_turn": ("plum", "wait turn"), "issue": ("navy", "issue wgmma"),
@@ -322,7 +322,7 @@ def trace_lanes(path):
             step = r["step"]
             lanes.setdefault((int(r["sm"]), int(r["role"])), []).append((int(r["clock"]), r["phase"], int(r["key"])))
     if not lanes:
-        sys.exit(f"plots/plot.py: no trace records in {path} (run with FA_LESSON13_TRACE=FILE)")
+        sys.exit(f"plots/plot.py: no trace records in {path} (run fa-bench --trace FILE)")
     for ev in lanes.values():
         ev.sort()
     return step, lanes
@@ -413,7 +413,7 @@ L14_PHASES = {"wait_tile": ("wait for the tile", 0), "issue_s_dp": ("issue S^T a
 
 
 def reduce_trace14(path):
-    """A lesson 14 trace (FA_LESSON14_TRACE: head_dim,sm,block,role,clock,phase,key) as one tile's
+    """A lesson 14 trace (fa-bench --bwd --trace: head_dim,sm,block,role,clock,phase,key) as one tile's
     phases: thread 0 of consumer warpgroup 1 (role 1) in every traced block, each tile from its
     wait_tile record to the next tile's (or the epilogue), cycles averaged over the tiles."""
     lanes, d = {}, "?"
@@ -434,7 +434,7 @@ def reduce_trace14(path):
             if inside and p in L14_PHASES:
                 total[p] = total.get(p, 0) + (c1 - c0)
     if tiles == 0:
-        sys.exit(f"plots/plot.py: no consumer tiles in {path} (run with FA_LESSON14_TRACE=FILE)")
+        sys.exit(f"plots/plot.py: no consumer tiles in {path} (run fa-bench --bwd --trace FILE)")
     label = f"{os.path.splitext(os.path.basename(path))[0]}, d {d}"
     return [{"trace": label, "phase": L14_PHASES[p][0], "cycles": f"{total.get(p, 0) / tiles:.0f}",
              "tensor": str(L14_PHASES[p][1])} for p in L14_PHASES], tiles
@@ -443,7 +443,7 @@ def reduce_trace14(path):
 def phases(paths):
     """Lesson 14's traced tile (README, section 8), drawn as one horizontal bar per trace, beside
     the first CSV as .png. A CSV is either the table (trace, phase, cycles, tensor: 1 where the
-    tensor pipe is fed) or a raw trace of FA_LESSON14_TRACE, reduced here to one tile's phases
+    tensor pipe is fed) or a raw trace of fa-bench --bwd --trace, reduced here to one tile's phases
     (the rows are printed in the table's form, to add to it)."""
     import matplotlib
     matplotlib.use("Agg")

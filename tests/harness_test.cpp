@@ -5,7 +5,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "fa/params.hpp"
 #include "fa/random.hpp"
 #include "skeleton.hpp"
+#include "trace_host.hpp"
 #include "support.hpp"
 
 TEST_CASE("harness: fp16 rounding") {
@@ -314,6 +317,40 @@ TEST_CASE("harness: launch limits and the GPU a lesson needs are checked once, b
   std::string why;
   if (!fa::no_gpu(&why))
     CHECK_THROWS_WITH_AS(fa::run_forward(lesson, valid_params()), doctest::Contains("lesson 99_fake: needs sm_1; this one is sm_"), fa::Error);
+}
+
+namespace {
+const char* fake_phase(int p) { return p == 0 ? "setup" : p == 1 ? "work" : "exit"; }
+int64_t fake_lanes(const fa::AttnParams& p) { return int64_t(p.batch) * 2; }
+void fake_trace(const fa::AttnParams&, const fa::TraceSink&, cudaStream_t) {}
+}  // namespace
+
+TEST_CASE("harness: a traced build's records, refused before any launch, and their CSV") {
+  fa::LessonInfo lesson = fake_lesson();
+  fa::AttnParams p = valid_params();
+  CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 16, "--trace-events"), "lesson 99_fake: has no traced build", fa::InvalidArgument);
+  lesson.tracer = {&fake_trace, &fake_lanes, 2, &fake_phase, 16, "step", nullptr, false};
+  CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 0, "--trace-events"), doctest::Contains("a capacity >= 1"), fa::InvalidArgument);
+  p.batch = 1 << 20;  // 2^21 lanes x 2^11 events: 2^32 records, more than 32-bit indices reach
+  CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 1 << 11, "--trace-events"), doctest::Contains("over 2^31 records: trace a smaller problem or lower --trace-events"),
+                       fa::InvalidArgument);
+  lesson.tracer.roles = 3;  // 2 lanes are not whole blocks of 3
+  p.batch = 1;
+  CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 16, "--trace-events"), doctest::Contains("whole blocks of 3"), fa::InvalidArgument);
+  // The CSV: the lanes of SMs below max_sm, one row a record, the phase by name.
+  std::vector<fa::TraceLane> lanes(3);
+  lanes[0] = {0, 0, 0, {{100, 0, 0}, {150, 1, 7}, {170, 2, 0}}};
+  lanes[1] = {0, 1, 1, {{101, 0, 0}, {190, 2, 0}}};
+  lanes[2] = {1, 0, 5, {{90, 0, 0}}};  // on SM 5: left out with max_sm 2
+  const std::string path = "harness_trace_test.csv";
+  fa::write_trace_csv(path, lanes, 2, "step", "4", &fake_phase);
+  std::ifstream f(path);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(f, line);) rows.push_back(line);
+  CHECK(rows == std::vector<std::string>{"step,sm,block,role,clock,phase,key", "4,0,0,0,100,setup,0", "4,0,0,0,150,work,7",
+                                         "4,0,0,0,170,exit,0", "4,1,0,1,101,setup,0", "4,1,0,1,190,exit,0"});
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(fa::write_trace_csv("no/such/folder/trace.csv", lanes, 2, "step", "4", &fake_phase), fa::Error);
 }
 
 TEST_CASE("harness: a skeleton says which TODO is next") {

@@ -16,16 +16,17 @@
 
 #include "check.hpp"
 #include "fa/cuda_check.hpp"
+#include "trace_host.hpp"
 #include "trace.hpp"
 
-std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int capacity, cudaStream_t stream);
-
 namespace {
-// The traced kernel as the lesson's forward: the suite's check_forward runs it like any other call
-// (the variant, p.variant, picks the step) and its records are kept for the test.
+// The traced build (the lesson's fa::Tracer) as its forward: the suite's check_forward runs it like
+// any other call (the variant, p.variant, picks the step) and its records are kept for the test.
 int g_capacity = 0;
 std::vector<lesson13::TraceLane> g_lanes;  // the last traced call's records
-void forward_traced(const fa::AttnParams& p, cudaStream_t stream) { g_lanes = fa_lesson13_trace(p, g_capacity, stream); }
+void forward_traced(const fa::AttnParams& p, cudaStream_t stream) {
+  g_lanes = fa::run_traced(fa::test::lesson_under_test(), p, g_capacity, "the test's capacity", stream);
+}
 fa::LessonInfo traced_lesson() {
   fa::LessonInfo lesson = fa::test::lesson_under_test();
   lesson.forward = &forward_traced;

@@ -7,16 +7,13 @@
 // fp64 reference gradients.
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "check.hpp"
+#include "trace_host.hpp"
 
 namespace {
 
@@ -55,17 +52,6 @@ TEST_CASE("lesson14: one query against many keys, many queries against one key, 
         FA_CHECK_OUTCOME(fa::test::check_backward(lesson, make(sq, sk, d, fa::DType::kF16, true, 2, 1), det));
       }
 }
-
-namespace {
-
-// Sets an environment variable for one test case's scope.
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~ScopedEnv() { unsetenv(name); }
-};
-
-}  // namespace
 
 TEST_CASE("lesson14: dQ by atomics (variant atomic) matches the reference too") {
   // The default adds dQ with the dQ writers' bulk reduce-adds and the deterministic mode with the
@@ -130,44 +116,44 @@ TEST_CASE("lesson14: dQ staging under a lagging writer (variant stress), default
 
 namespace {
 
-// One record of the trace's CSV (FA_LESSON14_TRACE): head_dim,sm,block,role,clock,phase,key.
+// The traced build (the lesson's fa::Tracer) as its backward: the suite's check_backward runs it
+// like any other call, and its records are kept for the test as (block, clock, role, key, phase).
 struct Record {
   long long block, clock;
   int role, key;
   std::string phase;
 };
-std::vector<Record> read_trace(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::vector<Record> out;
-  if (!std::getline(f, line) || line != "head_dim,sm,block,role,clock,phase,key") return out;
-  while (std::getline(f, line)) {
-    std::stringstream ss(line);
-    std::string field[7];
-    for (std::string& x : field) std::getline(ss, x, ',');
-    out.push_back({std::stoll(field[2]), std::stoll(field[4]), std::stoi(field[3]), std::stoi(field[6]), field[5]});
-  }
-  return out;
+int g_capacity = 1 << 13;
+std::vector<Record> g_records;  // the last traced call's
+void backward_traced(const fa::AttnParams& p, cudaStream_t stream) {
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  g_records.clear();
+  for (const fa::TraceLane& l : fa::run_traced(lesson, p, g_capacity, "the test's capacity", stream))
+    for (const fa::TraceEvent& e : l.events) g_records.push_back({l.block, e.clock, l.role, e.key, lesson.tracer.phase_name(e.phase)});
+}
+fa::LessonInfo traced_lesson() {
+  fa::LessonInfo lesson = fa::test::lesson_under_test();
+  lesson.backward = &backward_traced;
+  return lesson;
 }
 
 }  // namespace
 
 TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trace accounts for every tile once per key block") {
-  // FA_LESSON14_TRACE (README, "How to profile"): the traced build must give the right gradients,
+  // The traced build (README, "How to profile") must give the right gradients,
   // and its records must show every block's five recording threads from setup to exit, in clock
   // order, each tile's phases in the order trace.hpp lists them, and each query tile copied,
   // waited for by both consumer warpgroups and added by both dQ writers once for each key block
   // that sees it (causal, bottom-right aligned: the key blocks kt with kt x 128 <= (qt + 1) x 64
   // - 1 + seqlen_k - seqlen_q): the test's own statement.
-  const std::string path = "lesson14_trace_test.csv";
-  ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), sms("FA_LESSON14_TRACE_SMS", "100000");
-  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  const fa::LessonInfo lesson = traced_lesson();
+  g_capacity = 1 << 13;
   for (int d : {64, 128}) {
     const fa::test::Case c = make(333, 400, d, fa::DType::kF16, true, 4, 2);
     INFO("head dim ", d);
-    std::remove(path.c_str());
+    g_records.clear();
     FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c));
-    const std::vector<Record> rec = read_trace(path);
+    const std::vector<Record> rec = g_records;
     REQUIRE(!rec.empty());
     const int n_kt = (c.seqlen_k + 127) / 128, n_qt = (c.seqlen_q + 63) / 64, offset = c.seqlen_k - c.seqlen_q;
     const long long blocks = (long long)n_kt * c.heads_kv * c.batch;
@@ -209,16 +195,13 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
       INFO("role ", rp.first, ", phase ", rp.second);
       CHECK(seen[rp] == want);
     }
-    std::remove(path.c_str());
   }
 }
 
 TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
   // Also the deterministic mode, which the traced build does not have.
-  const std::string path = "lesson14_trace_errors.csv";
-  ScopedEnv trace("FA_LESSON14_TRACE", path.c_str()), events("FA_LESSON14_TRACE_EVENTS", "4");
-  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  // A consumer records 12 events a tile: 6 tiles do not fit in 4.
+  const fa::LessonInfo lesson = traced_lesson();
+  g_capacity = 4;  // a consumer records 12 events a tile: 6 tiles do not fit in 4
   const fa::test::Outcome over = fa::test::check_backward(lesson, make(333, 400, 64, fa::DType::kF16, true, 4, 2));
   CHECK_FALSE(over.ok);
   CHECK_MESSAGE(over.text.find("more than the capacity of 4") != std::string::npos, over.text);
@@ -227,5 +210,5 @@ TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is a
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 128, fa::DType::kF16, true, 4, 2),
                                             [](fa::AttnParams& p) { p.deterministic = true; }, "fp16 and the default dQ mode only",
                                             fa::test::Direction::kBackward));
-  std::remove(path.c_str());
+  g_capacity = 1 << 13;
 }

@@ -89,6 +89,7 @@ void set_contiguous_strides(AttnParams& p);
 
 using ForwardFn = void (*)(const AttnParams&, cudaStream_t);
 using BackwardFn = void (*)(const AttnParams&, cudaStream_t);
+struct TraceSink;  // fa/trace.hpp
 
 // Another way a lesson runs the same call: a tile configuration, a dQ strategy, a step of a
 // schedule. A lesson declares its variants by name (LessonInfo::variants, the first its default)
@@ -102,6 +103,23 @@ struct Variant {
   enum class Pass { kBoth, kForward, kBackward };
   Pass pass = Pass::kBoth;  // the entry point it is a variant of
   int head_dim = 0;         // 0: every head dim of the lesson; else this one only (a tile configuration)
+};
+
+// A lesson's traced build (lessons 13 and 14; fa/trace.hpp): its kernel, instantiated with the
+// trace on, records each recording thread's phases into a sink. The lesson only launches it; the
+// host side (the sink's buffers, reading the records back, the CSV) is the tools' (tools/trace_host.hpp):
+// fa-bench --trace FILE, and the lessons' GPU tests.
+struct Tracer {
+  // Runs the (validated) call through the traced kernel, writing into `sink`; throws
+  // InvalidArgument before any launch for a call the traced build does not take.
+  void (*run)(const AttnParams&, const TraceSink& sink, cudaStream_t) = nullptr;
+  int64_t (*lanes)(const AttnParams&) = nullptr;  // the call's recording threads, `roles` a block
+  int roles = 0;
+  const char* (*phase_name)(int) = nullptr;
+  int events = 0;                                 // records a lane holds, by default
+  const char* label_column = "";                  // the CSV's first column: "step", "head_dim"
+  std::string (*label)(const AttnParams&) = nullptr;
+  bool backward = false;                          // it traces the backward (else the forward)
 };
 
 // What a lesson supports: its fa_add_lesson line in CMakeLists.txt declares it once (generated into
@@ -134,6 +152,7 @@ struct LessonInfo {
   // is a grid's y or z), and the GPU it needs (90: Hopper, sm_90a; 0: any).
   int64_t max_batch_heads = 0;
   int needs_sm = 0;
+  Tracer tracer;  // run null: no traced build
   // fa-bench skips cases with more scores (batch * heads * seqlen_q * seqlen_k) than this (0: no
   // limit), printing the reason: the naive lessons' N^2 workspace would take tens of GB at 16k.
   int64_t bench_max_scores = 0;

@@ -2,16 +2,13 @@
 // instantiated with its kTrace parameter on) records the SM's clock each time a recording thread
 // changes phase. A *lane* is one recording thread, `roles` of them a block (lesson 13: the producer
 // and two consumer warpgroups; lesson 14 also its two dQ writers): lane = block x roles + role.
-// Each lesson names its phases; this file holds what every traced lesson shares: the records, the
-// device side (fa/trace.cuh: trace_mark, compiled away when the trace is off), and the host side
-// (runtime/trace.cpp): buffers, the launch, the checks and the CSV.
+// Each lesson names its phases and declares its traced build (fa::Tracer, fa/params.hpp); this file
+// holds the records every traced lesson shares. The device side is fa/trace.cuh (trace_mark,
+// compiled away when the trace is off); the host side (the sink's buffers, the read-back, the CSV)
+// is the tools' (tools/trace_host.hpp).
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
-#include <functional>
-#include <string>
 #include <vector>
 
 namespace fa {
@@ -39,31 +36,5 @@ struct TraceLane {
   int sm = 0;
   std::vector<TraceEvent> events;
 };
-
-// Runs `launch(sink)` with room for `capacity` records in each of `lanes` lanes (`roles` a block),
-// waits for the stream and reads every lane back. Throws, naming `who` and the setting that gave
-// the capacity (`capacity_setting`, an environment variable), if lanes x capacity is 2^31 or more
-// (kernels index the records with 32-bit integers), if a lane never recorded its last mark, or if
-// a lane recorded more than `capacity` (none is dropped silently).
-std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, const std::string& capacity_setting,
-                                  cudaStream_t stream, const std::function<void(const TraceSink&)>& launch);
-
-// Writes the records of the lanes that ran on SMs 0 .. max_sm - 1 to `path` as CSV, one row a
-// record: `<label column>,sm,block,role,clock,phase,key`, the label column holding `label` in
-// every row and the phase written as phase_name(phase). plots/plot.py draws them.
-void write_trace_csv(const std::string& who, const std::string& path, const std::vector<TraceLane>& lanes, int max_sm,
-                     const std::string& label_column, const std::string& label, const char* (*phase_name)(int));
-
-// A lesson's FILE=... trace setting, the same for every traced lesson: `<setting>=FILE` (read by the
-// lesson) runs `launch` through run_traced with `<setting>_EVENTS` records a lane (default
-// `events`) and writes the lanes that ran on SMs 0 .. `<setting>_SMS` - 1 (default 2) to FILE
-// with write_trace_csv. Throws, naming `who`, on a malformed setting.
-void trace_to_csv(const std::string& who, const std::string& setting, const std::string& path, int events, int64_t lanes, int roles,
-                  const std::string& label_column, const std::string& label, const char* (*phase_name)(int), cudaStream_t stream,
-                  const std::function<void(const TraceSink&)>& launch);
-
-// An integer setting from the environment (`fallback` when unset); throws, naming `who`, if it is
-// not an integer >= lo.
-int env_int(const std::string& who, const char* name, int fallback, int lo);
 
 }  // namespace fa

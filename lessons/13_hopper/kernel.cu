@@ -21,10 +21,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "consumer.cuh"
 #include "fa/cuda_check.hpp"
@@ -204,40 +202,25 @@ void run_step(const fa::AttnParams& p, int step, int max_blocks, cudaStream_t st
   }
 }
 
-// The traced run's lanes: 3 warpgroups a block.
-int64_t trace_lanes(const fa::AttnParams& p, int step, int max_blocks) {
-  return 3 * blocks_of(p, step, max_blocks, fa::current_device().sm_count);
-}
-
-// FA_LESSON13_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks that
-// ran on SMs 0 .. FA_LESSON13_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
-// step,sm,block,role,clock,phase,key. plots/plot.py --timeline draws them. Not for timing: the
-// call waits for the kernel and copies the records back.
-void write_trace(const fa::AttnParams& p, const StepVariant& v, const std::string& path, cudaStream_t stream) {
-  fa::trace_to_csv("lesson 13_hopper", "FA_LESSON13_TRACE", path, 1 << 14, trace_lanes(p, v.step, v.max_blocks), 3, "step",
-                   std::to_string(v.step), lesson13::phase_name, stream,
-                   [&](const fa::TraceSink& sink) { run_step(p, v.step, v.max_blocks, stream, &sink); });
-}
-
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   const StepVariant& v = kVariants[p.variant];
-  if (const char* path = std::getenv("FA_LESSON13_TRACE")) write_trace(p, v, path, stream);
-  else run_step(p, v.step, v.max_blocks, stream);
+  run_step(p, v.step, v.max_blocks, stream);
 }
+
+// The traced build (fa::Tracer; trace.hpp): the call's step through the traced kernel, its lanes (3
+// warpgroups a block), and the CSV's label (the step). fa-bench --trace writes the records, and
+// plots/plot.py --timeline draws them.
+void trace(const fa::AttnParams& p, const fa::TraceSink& sink, cudaStream_t stream) {
+  const StepVariant& v = kVariants[p.variant];
+  run_step(p, v.step, v.max_blocks, stream, &sink);
+}
+int64_t trace_lanes(const fa::AttnParams& p) {
+  const StepVariant& v = kVariants[p.variant];
+  return 3 * blocks_of(p, v.step, v.max_blocks, fa::current_device().sm_count);
+}
+std::string trace_label(const fa::AttnParams& p) { return std::to_string(kVariants[p.variant].step); }
 
 }  // namespace
-
-const fa::LessonInfo& fa_lesson_13();
-
-// The traced kernel's records, every block's three warpgroups (lane = block * 3 + warpgroup), of the
-// call's variant (p.variant), for the lesson's GPU test; `capacity` events at most per warpgroup,
-// else it throws. The call is validated first, as run_forward does.
-std::vector<lesson13::TraceLane> fa_lesson13_trace(const fa::AttnParams& p, int capacity, cudaStream_t stream) {
-  fa::validate_forward(fa_lesson_13(), p);
-  const StepVariant& v = kVariants[p.variant];
-  return fa::run_traced("lesson 13_hopper", trace_lanes(p, v.step, v.max_blocks), 3, capacity, "FA_LESSON13_TRACE_EVENTS", stream,
-                        [&](const fa::TraceSink& sink) { run_step(p, v.step, v.max_blocks, stream, &sink); });
-}
 
 // What the lesson supports, its id and title: its fa_add_lesson line in CMakeLists.txt, generated
 // into fa_lesson_13_declared(); to it the descriptor adds the entry points, variants and limits.
@@ -249,6 +232,7 @@ const fa::LessonInfo& fa_lesson_13() {
     l.forward = &forward;
     for (const StepVariant& v : kVariants) l.variants.push_back({v.name, v.about});
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
+    l.tracer = {&trace, &trace_lanes, 3, lesson13::phase_name, 1 << 14, "step", &trace_label, false};
     return l;
   }();
   return info;

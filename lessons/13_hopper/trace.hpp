@@ -3,7 +3,7 @@
 // records the SM's clock each time a warpgroup changes phase (fa/trace.hpp). Thread 0 of each warpgroup writes
 // the records: the producer's loop, and warp 0 of each consumer warpgroup (its other three warps
 // run the same code a few cycles apart). The README's timeline pictures come from these records
-// (FA_LESSON13_TRACE, "How to profile"); the lesson's GPU test checks that they account for every
+// (fa-bench --trace, "How to profile"); the lesson's GPU test checks that they account for every
 // work tile and key tile.
 #pragma once
 

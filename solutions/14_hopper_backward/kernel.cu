@@ -23,7 +23,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "13_hopper/wgmma.hpp"  // lesson 13's layouts: the swizzle, the descriptors, the accumulator
@@ -629,22 +628,19 @@ void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, con
 // unread). The deterministic mode adds in order through the writers, with the lag in "stress".
 enum Variant { kWriters, kAtomicVariant, kStress };
 
-void backward(const fa::AttnParams& p, cudaStream_t stream) {
-  const int mode = p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk;
-  const int stress = p.variant == kStress;
-  // FA_LESSON14_TRACE=FILE: the call runs the traced kernel and writes the records of the blocks
-  // that ran on SMs 0 .. FA_LESSON14_TRACE_SMS - 1 (default 2) to FILE as CSV, one row a record:
-  // head_dim,sm,block,role,clock,phase,key (trace.hpp; plots/plot.py --phases reduces them to one
-  // tile's phases). FA_LESSON14_TRACE_EVENTS (default 8192) bounds the records per thread. Not for
-  // timing: the call waits for the kernel and copies the records back.
-  if (const char* path = std::getenv("FA_LESSON14_TRACE")) {
-    fa::trace_to_csv("lesson 14_hopper_backward", "FA_LESSON14_TRACE", path, 1 << 13, key_blocks(p) * lesson14::kTraceRoles,
-                     lesson14::kTraceRoles, "head_dim", std::to_string(p.head_dim), lesson14::phase_name, stream,
-                     [&](const fa::TraceSink& sink) { run(p, mode, stress, stream, &sink); });
-    return;
-  }
-  run(p, mode, stress, stream);
+// The dQ path and the writers' lag of the call's variant and mode.
+int mode_of(const fa::AttnParams& p) { return p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk; }
+
+void backward(const fa::AttnParams& p, cudaStream_t stream) { run(p, mode_of(p), p.variant == kStress, stream); }
+
+// The traced build (fa::Tracer; trace.hpp): the call through the traced kernel (fp16 and the
+// default dQ mode only), its lanes (kTraceRoles a block) and the CSV's label (the head dim).
+// fa-bench --bwd --trace writes the records; plots/plot.py --phases reduces them to one tile's phases.
+void trace(const fa::AttnParams& p, const fa::TraceSink& sink, cudaStream_t stream) {
+  run(p, mode_of(p), p.variant == kStress, stream, &sink);
 }
+int64_t trace_lanes(const fa::AttnParams& p) { return key_blocks(p) * lesson14::kTraceRoles; }
+std::string trace_label(const fa::AttnParams& p) { return std::to_string(p.head_dim); }
 
 }  // namespace
 
@@ -660,6 +656,7 @@ const fa::LessonInfo& fa_lesson_14() {
                   {"atomic", "dQ by 16-byte fp32 atomics from the consumers (part 1's way)"},
                   {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"}};
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
+    l.tracer = {&trace, &trace_lanes, lesson14::kTraceRoles, lesson14::phase_name, 1 << 13, "head_dim", &trace_label, true};
     return l;
   }();
   return info;

@@ -2,7 +2,7 @@
 // instantiated with kTrace; fp16, the default dQ mode) records the SM's clock each time a
 // recording thread changes phase (fa/trace.hpp). Five recording threads a block, lane = block x 5
 // + role: the producer's thread (role 0), thread 0 of each consumer warpgroup (1 and 2), lane 0 of
-// each dQ writer warp (3: warpgroup 1's, 4: warpgroup 2's). FA_LESSON14_TRACE=FILE writes them.
+// each dQ writer warp (3: warpgroup 1's, 4: warpgroup 2's). fa-bench --bwd --trace FILE writes them.
 #pragma once
 
 #include "fa/trace.hpp"

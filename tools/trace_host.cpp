@@ -1,17 +1,21 @@
-// fa/trace.hpp's host side.
-#include "fa/trace.hpp"
+// tools/trace_host.hpp: the traced builds' host side.
+#include "trace_host.hpp"
 
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 
 #include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 
 namespace fa {
 
-std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int roles, int capacity, const std::string& capacity_setting,
-                                  cudaStream_t stream, const std::function<void(const TraceSink&)>& launch) {
+std::vector<TraceLane> run_traced(const LessonInfo& lesson, const AttnParams& p, int capacity, const std::string& capacity_setting,
+                                  cudaStream_t stream) {
+  const std::string who = std::string("lesson ") + lesson.id;
+  const Tracer& t = lesson.tracer;
+  if (t.run == nullptr || t.lanes == nullptr) throw InvalidArgument(who + ": has no traced build");
+  const int64_t lanes = t.lanes(p);
+  const int roles = t.roles;
   if (capacity < 1) throw InvalidArgument(who + ": the trace needs a capacity >= 1 event per lane");
   if (roles < 1 || lanes % roles != 0) throw InvalidArgument(who + ": trace lanes must be whole blocks of " + std::to_string(roles));
   if (lanes < 1 || capacity > INT_MAX / lanes)
@@ -25,7 +29,7 @@ std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int rol
   FA_CUDA_CHECK(cudaMemsetAsync(count_buf.data(), 0xFF, count_buf.bytes(), stream));
   const TraceSink sink{static_cast<TraceEvent*>(event_buf.data()), static_cast<int*>(count_buf.data()),
                        static_cast<int*>(sm_buf.data()), capacity};
-  launch(sink);
+  t.run(p, sink, stream);
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (const Buffer* b : {&event_buf, &count_buf, &sm_buf}) b->check_guards();
   const std::vector<TraceEvent> events = event_buf.to_host<TraceEvent>();
@@ -47,37 +51,17 @@ std::vector<TraceLane> run_traced(const std::string& who, int64_t lanes, int rol
   return out;
 }
 
-void write_trace_csv(const std::string& who, const std::string& path, const std::vector<TraceLane>& lanes, int max_sm,
-                     const std::string& label_column, const std::string& label, const char* (*phase_name)(int)) {
+void write_trace_csv(const std::string& path, const std::vector<TraceLane>& lanes, int max_sm, const char* label_column,
+                     const std::string& label, const char* (*phase_name)(int)) {
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw Error(who + ": cannot write the trace to '" + path + "'");
-  std::fprintf(f, "%s,sm,block,role,clock,phase,key\n", label_column.c_str());
+  if (!f) throw Error("cannot write the trace to '" + path + "'");
+  std::fprintf(f, "%s,sm,block,role,clock,phase,key\n", label_column);
   for (const TraceLane& l : lanes)
     if (l.sm < max_sm)
       for (const TraceEvent& e : l.events)
         std::fprintf(f, "%s,%d,%lld,%d,%lld,%s,%d\n", label.c_str(), l.sm, static_cast<long long>(l.block), l.role, e.clock,
                      phase_name(e.phase), e.key);
-  if (std::fclose(f) != 0) throw Error(who + ": writing the trace to '" + path + "' failed");
-}
-
-void trace_to_csv(const std::string& who, const std::string& setting, const std::string& path, int events, int64_t lanes, int roles,
-                  const std::string& label_column, const std::string& label, const char* (*phase_name)(int), cudaStream_t stream,
-                  const std::function<void(const TraceSink&)>& launch) {
-  const std::string events_setting = setting + "_EVENTS";
-  const int capacity = env_int(who, events_setting.c_str(), events, 1);
-  const int sms = env_int(who, (setting + "_SMS").c_str(), 2, 1);
-  write_trace_csv(who, path, run_traced(who, lanes, roles, capacity, events_setting, stream, launch), sms, label_column, label,
-                  phase_name);
-}
-
-int env_int(const std::string& who, const char* name, int fallback, int lo) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (end == e || *end != '\0' || v < lo || v > INT_MAX)
-    throw InvalidArgument(who + ": " + name + " must be an integer >= " + std::to_string(lo) + ", not '" + e + "'");
-  return int(v);
+  if (std::fclose(f) != 0) throw Error("writing the trace to '" + path + "' failed");
 }
 
 }  // namespace fa
