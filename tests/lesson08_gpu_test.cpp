@@ -4,7 +4,10 @@
 #include <doctest/doctest.h>
 
 #include "check.hpp"
+#include "tiles.hpp"
 
 TEST_CASE("lesson08: every tile configuration matches the reference") {
+  // The variants: config_for's choice, then every line of kConfigs.
+  REQUIRE(fa::test::lesson_under_test().variants.size() == size_t(1 + lesson08::kNumConfigs));
   fa::test::check_every_variant(fa::test::variant_cases({64, 128}));
 }

@@ -100,8 +100,8 @@ std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, st
 }  // namespace
 
 TEST_CASE("lesson13: every step of the schedule matches the reference") {
-  // Every variant: steps 1-4, and step 4 on 1, 2 and 5 blocks; plus a causal 640 x 1000 at each
-  // head dim: 5 query tiles, of 4 to 8 key tiles.
+  // Every variant: steps 1-4, and step 4 on 1, 2 and 5 blocks; plus 640 x 1000 at each head dim,
+  // dtype and mask: 5 query tiles of 8 key tiles (causal: 4 to 8).
   std::vector<fa::test::Case> cases = fa::test::variant_cases({64, 128});
   for (const fa::test::Case& c : fa::test::variant_cases({64, 128}))
     if (c.seqlen_q == 129) {

@@ -136,6 +136,13 @@ fa::LessonInfo traced_lesson() {
   lesson.backward = &backward_traced;
   return lesson;
 }
+// A case of the traced build: the default variant (the build takes it alone), whatever
+// FA_TEST_VARIANT says.
+fa::test::Case traced_case(int d, fa::DType t) {
+  fa::test::Case c = make(333, 400, d, t, true, 4, 2);
+  c.variant = "writers";
+  return c;
+}
 
 }  // namespace
 
@@ -149,7 +156,7 @@ TEST_CASE("lesson14: the traced kernel computes the same gradients, and its trac
   const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 1 << 13;
   for (int d : {64, 128}) {
-    const fa::test::Case c = make(333, 400, d, fa::DType::kF16, true, 4, 2);
+    const fa::test::Case c = traced_case(d, fa::DType::kF16);
     INFO("head dim ", d);
     g_records.clear();
     FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c));
@@ -202,12 +209,12 @@ TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is a
   // Also the deterministic mode, which the traced build does not have.
   const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 4;  // a consumer records 12 events a tile: 6 tiles do not fit in 4
-  const fa::test::Outcome over = fa::test::check_backward(lesson, make(333, 400, 64, fa::DType::kF16, true, 4, 2));
+  const fa::test::Outcome over = fa::test::check_backward(lesson, traced_case(64, fa::DType::kF16));
   CHECK_FALSE(over.ok);
   CHECK_MESSAGE(over.text.find("more than the capacity of 4") != std::string::npos, over.text);
-  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 64, fa::DType::kBF16, true, 4, 2), [](fa::AttnParams&) {},
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, traced_case(64, fa::DType::kBF16), [](fa::AttnParams&) {},
                                             "fp16 and the default dQ mode only", fa::test::Direction::kBackward));
-  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, make(333, 400, 128, fa::DType::kF16, true, 4, 2),
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, traced_case(128, fa::DType::kF16),
                                             [](fa::AttnParams& p) { p.deterministic = true; }, "fp16 and the default dQ mode only",
                                             fa::test::Direction::kBackward));
   g_capacity = 1 << 13;

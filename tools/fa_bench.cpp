@@ -210,6 +210,7 @@ Options parse(int argc, char** argv) {
   if (!o.varlen.empty()) o.seqlens = {*std::max_element(o.varlen.begin(), o.varlen.end())};
   if (o.trace_events < 0 || o.trace_sms < 1) throw std::invalid_argument("--trace-events takes a number >= 1 (0: the lesson's), --trace-sms >= 1");
   if (!o.trace.empty()) {
+    if (o.tour) throw std::invalid_argument("--trace traces one case, --tour times every lesson: give one of them");
     if (o.lessons.size() != 1 || o.lessons.front() == "all" || o.dtypes.size() != 1 || o.head_dims.size() != 1 || o.causal.size() != 1 ||
         o.seqlens.size() != 1 || o.variants.size() != 1)
       throw std::invalid_argument("--trace writes one case's records: give one lesson, and one value each of --dtypes, --head-dims, "
@@ -461,7 +462,7 @@ const fa::LessonInfo* forward_for(const fa::LessonInfo& lesson, const Options& o
 Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType t, int d, int causal, int seqlen, const Options& o,
              fa::bench::L2Flusher& flusher, const Ceiling& ceiling) {
   Row row{o.label.empty() ? lesson.id : o.label, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
-  if (!variant.empty() && o.label.empty()) row.lesson += " " + variant;
+  if (!variant.empty() && (o.label.empty() || o.variants.size() > 1)) row.lesson += " " + variant;
   // --variant: its index, if the lesson has it for this pass and head dim.
   int variant_index = 0;
   if (!variant.empty()) {
@@ -778,6 +779,7 @@ int main(int argc, char** argv) {
         csv << "gpu,lesson,dtype,head_dim,causal,batch,heads,seqlen,ms,tflops,ceiling_name,ceiling_tflops,pct_of_ceiling,max_abs_err,status\n";
     }
     int wrong = 0;
+    if (!o.trace.empty()) std::remove(o.trace.c_str());  // a trace file left from before must not pass for this one
     for (const fa::LessonInfo* l : lessons)
       for (fa::DType t : o.dtypes)
         for (int d : o.head_dims)
@@ -807,6 +809,10 @@ int main(int argc, char** argv) {
                       << r.max_err << "," << status << "\n";
                 }
               }
+    if (!o.trace.empty() && !std::ifstream(o.trace).good()) {
+      std::printf("--trace: no trace written to %s (see the status column)\n", o.trace.c_str());
+      ++wrong;
+    }
     if (wrong) std::printf("%d case(s) WRONG or failed: see the status column\n", wrong);
     return wrong ? 1 : 0;
   } catch (const std::exception& e) {

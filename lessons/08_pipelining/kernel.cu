@@ -245,10 +245,14 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
   ((index == kIndex ? launch_config<T, kIndex>(p, stream) : void()), ...);
 }
 
-// Runs configuration `index` of kConfigs (the runtime checked that it is one of this head dim's).
+// Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
+// config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
   fa::throw_if_todos_left("08_pipelining", kTodosLeft);
+  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
+    throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +
+                              " for head_dim " + std::to_string(p.head_dim));
   FA_DISPATCH_DTYPE(p.dtype, T,
                     launch_index<T>(p, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{}));
 }

@@ -397,6 +397,9 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   fa::throw_if_todos_left("09_rope_fusion", lesson09::kRopeTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", kTodosLeft);
   const int index = p.variant == kSmallTiles ? (p.head_dim == 64 ? 2 : 4) : lesson08::config_for(fa::current_device().sm, p.head_dim);
+  if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
+    throw fa::InvalidArgument("lesson 09_rope_fusion: lesson 08's tiles.hpp has no configuration " + std::to_string(index) +
+                              " for head_dim " + std::to_string(p.head_dim));
   const auto seq = std::make_integer_sequence<int, lesson08::kNumConfigs>{};
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.rope_cos == nullptr) {

@@ -543,10 +543,14 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
   ((index == kIndex ? run<T, kIndex>(p, atomic_dq, stream) : void()), ...);
 }
 
-// Runs configuration `index` of kConfigs (the runtime checked that it is one of this head dim's).
+// Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
+// config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
   fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
+  if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
+    throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
+                              " for head_dim " + std::to_string(p.head_dim));
   FA_DISPATCH_DTYPE(p.dtype, T,
                     run_index<T>(p, index, atomic_dq, stream, std::make_integer_sequence<int, lesson11::kNumConfigs>{}));
 }
