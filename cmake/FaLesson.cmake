@@ -486,7 +486,7 @@ function(fa_add_patch_mutants)
       # header (a quoted include looks in the including file's folder first).
       set(dir ${CMAKE_BINARY_DIR}/mutants/${name})
       set(compiled ${dir}/kernel.cu)
-      file(GLOB lesson_files ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cu ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cuh
+      file(GLOB lesson_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cu ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.cuh
            ${PROJECT_SOURCE_DIR}/solutions/${lesson}/*.hpp)
       add_custom_command(OUTPUT ${out} ${compiled}
                          COMMAND ${CMAKE_COMMAND} -E copy_directory ${PROJECT_SOURCE_DIR}/solutions/${lesson} ${dir}

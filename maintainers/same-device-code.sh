@@ -6,12 +6,14 @@
 #   cmake -S /tmp/before -B /tmp/before/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_LESSONS_DIR=/tmp/before/solutions -DFA_BUILD_MUTANTS=OFF
 #   cmake --build /tmp/before/build --target lesson01 ... lesson14      (and the same for this tree)
 #   maintainers/same-device-code.sh /tmp/before/build build/dev
-# Prints "same" or "DIFFERENT" per lesson object and exits 1 if any differs or is missing. The
-# anonymous namespaces' names (a hash of the source's path) are ignored; everything else of the
-# disassembly must match: "same" for every lesson means the change cannot have moved a kernel's
-# speed or results, so a host-only refactor needs no new benchmark. It needs cuobjdump and nvdisasm
-# (the CUDA Toolkit's bin/, or pip's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm packages; set
-# CUOBJDUMP to the binary, with nvdisasm beside it or on PATH).
+# Per lesson, the kernels of all its objects are compared by name, so a kernel moved to another
+# file of the lesson still compares with itself. Prints "same" or "DIFFERENT" (with the kernels
+# that differ) per lesson, and exits 1 if any differs or is missing. The anonymous namespaces'
+# names (a hash of the source file's name) are ignored; everything else of the disassembly must
+# match: "same" for every lesson means the change cannot have moved a kernel's speed or results,
+# so a host-only refactor needs no new benchmark. It needs cuobjdump and nvdisasm (the CUDA
+# Toolkit's bin/, or pip's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm packages; set CUOBJDUMP
+# to the binary, with nvdisasm beside it or on PATH).
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 <build-before> <build-after>"; exit 2; }
 a=$1 b=$2
@@ -19,23 +21,62 @@ cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjd
 [ -x "$cuobjdump" ] || { echo "no cuobjdump (set CUOBJDUMP; pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm has both)"; exit 2; }
 export PATH="$(dirname "$cuobjdump"):$PATH"
 command -v nvdisasm > /dev/null || { echo "no nvdisasm beside $cuobjdump or on PATH"; exit 2; }
+# The SASS of a lesson's objects (build $1, lesson directory $2), one file: each kernel's
+# instructions under its name (anonymous namespaces folded), addresses and encodings dropped.
 sass() {
-  "$cuobjdump" -sass "$1" | sed -E 's/_GLOBAL__N__[0-9a-f]+_[0-9]+_[A-Za-z0-9]+_cu_[0-9a-f]+/ANON/g' |
-    grep -v -E '^\s*$|identifier = ' || return 1
+  local objs
+  objs=$(find "$1/CMakeFiles/$2" -name '*.cu.o' 2> /dev/null | sort)
+  [ -n "$objs" ] || return 3  # a CPU lesson (00): no device code
+  for o in $objs; do "$cuobjdump" -sass "$o" || return 1; done |
+    sed -E 's/_GLOBAL__N__[0-9a-f]+_[0-9]+_[A-Za-z0-9]+_cu_[0-9a-f]+/ANON/g; s/_ZN[0-9]+ANON/_ZNANON/g' > "$3"
 }
-objects=$(cd "$a" && find CMakeFiles -path '*lesson[0-9][0-9].dir/*' -name '*.cu.o' | sort)
-[ -n "$objects" ] || { echo "no lesson objects under $a/CMakeFiles"; exit 2; }
 rc=0
-for o in $objects; do
-  if [ ! -f "$b/$o" ]; then echo "MISSING in $b: $o"; rc=1; continue; fi
-  sa=$(sass "$a/$o") || { echo "cannot disassemble $a/$o"; rc=1; continue; }
-  sb=$(sass "$b/$o") || { echo "cannot disassemble $b/$o"; rc=1; continue; }
-  n=$(grep -c 'Function :' <<< "$sa")
-  [ "$n" -gt 0 ] || { echo "no kernels in $a/$o"; rc=1; continue; }
-  if [ "$sa" == "$sb" ]; then
-    echo "same       $o ($n kernels x architectures)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+lessons=$(cd "$a/CMakeFiles" && ls -d lesson[0-9][0-9].dir 2> /dev/null)
+[ -n "$lessons" ] || { echo "no lesson objects under $a/CMakeFiles"; exit 2; }
+for l in $lessons; do
+  sass "$a" "$l" "$work/a"
+  case $? in
+    0) ;;
+    3) continue ;;
+    *) echo "cannot disassemble $a's $l"; rc=1; continue ;;
+  esac
+  sass "$b" "$l" "$work/b" || { echo "MISSING or cannot disassemble in $b: $l"; rc=1; continue; }
+  verdict=$(python3 - "$work/a" "$work/b" <<'PY'
+import re, sys
+def kernels(path):
+    out, cur, arch = {}, None, ""
+    for line in open(path):
+        if "code for sm_" in line:
+            arch = line.strip()
+        if line.startswith("Fatbin") or re.match(r"\s*(identifier|arch|code version|host|compile_size|ptxasOptions) =|\s*compressed|=+$", line):
+            cur = None  # the object's header: its source path differs between trees
+            continue
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            cur = (arch, m.group(1))
+            out[cur] = []
+        elif cur and line.strip():
+            text = re.sub(r"/\*[0-9a-f]{4,}\*/|/\* 0x[0-9a-f]+ \*/", "", line).strip()
+            if text:
+                out[cur].append(text)
+    return out
+a, b = kernels(sys.argv[1]), kernels(sys.argv[2])
+if not a:
+    print("NOKERNELS")
+    sys.exit()
+diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+print(f"{len(a)} {len(diff)} " + " ".join(f"{k[0].split()[-1]}:{k[1]}" for k in diff[:8]))
+PY
+)
+  set -- $verdict
+  if [ "$1" = NOKERNELS ]; then echo "no kernels in $a's $l"; rc=1; continue; fi
+  n=$1 nd=$2; shift 2
+  if [ "$nd" = 0 ]; then
+    echo "same       ${l%.dir} ($n kernels x architectures)"
   else
-    echo "DIFFERENT  $o: $(diff <(echo "$sa") <(echo "$sb") | grep -c '^[<>]') lines differ"; rc=1
+    echo "DIFFERENT  ${l%.dir}: $nd of $n kernels x architectures differ: $*"; rc=1
   fi
 done
 exit $rc
