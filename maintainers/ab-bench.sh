@@ -4,10 +4,10 @@
 #
 #   maintainers/ab-bench.sh prepare <rev>
 #       (here, with git) writes the tree of <rev> to .ab/base/ (ignored by git: carry .ab to the
-#       GPU machine, with .device or .deps for Eigen and doctest)
+#       GPU machine, and .deps for Eigen and doctest: tools/gpu-run.sh --fetch-deps)
 #   maintainers/ab-bench.sh run [rounds] -- <fa-bench args, with --lessons>
-#       (on the GPU machine) builds fa-bench in .ab/base and in this tree (only the lessons named
-#       by --lessons, and 08 for --bwd's forward), then runs base, new, base, new, ... `rounds`
+#       (on the GPU machine) builds fa-bench in .ab/base and in this tree with each tree's
+#       tools/gpu-run.sh (only the lessons named by --lessons, and 08 for --bwd's forward), then runs base, new, base, new, ... `rounds`
 #       times (default 2) with the same arguments, each into .ab/out/base.csv or new.csv, and
 #       prints per case the median TFLOP/s of each and new / base. Exit 1 if a run fails.
 #
@@ -43,23 +43,16 @@ case "${1:-}" in
     [ -n "$lessons" ] && [ "$lessons" != all ] || die "give --lessons NN[,NN] (only those are built)"
     bench_lessons=${lessons//,/;}
     [[ " ${args[*]} " == *" --bwd "* ]] && [[ ";$bench_lessons;" != *";08;"* ]] && bench_lessons="$bench_lessons;08"
-    # Eigen and doctest: the system's, else the carried Debian packages (.device/debs or .deps).
-    prefix=()
-    debs=$(ls .device/debs/*.deb .deps/*.deb 2> /dev/null || true)
-    if [ -n "$debs" ]; then
-      mkdir -p /tmp/fa-ab-deps
-      for f in $debs; do dpkg -x "$f" /tmp/fa-ab-deps; done
-      prefix=(-DCMAKE_PREFIX_PATH=/tmp/fa-ab-deps/usr)
-    fi
+    # Each tree builds its fa-bench with its own tools/gpu-run.sh (which finds Eigen and doctest in
+    # the system or in .deps/, from tools/gpu-run.sh --fetch-deps): the base tree gets this tree's .deps.
+    [ -d .deps ] && { rm -rf .ab/base/.deps; cp -r .deps .ab/base/.deps; }
     for side in base new; do
       src=$root
       [ $side = base ] && src=$root/.ab/base
       echo "ab-bench: building $side ($([ $side = base ] && cat .ab/base/.ab-rev || echo this tree)) fa-bench for lessons $bench_lessons"
-      cmake -S "$src" -B "$root/.ab/build-$side" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_MUTANTS=OFF \
-        -DFA_LESSONS_DIR="$src/solutions" "-DFA_BENCH_LESSONS=$bench_lessons" "${prefix[@]}" > "$root/.ab/configure-$side.log" 2>&1 ||
-        { tail -20 "$root/.ab/configure-$side.log"; die "configuring $side failed"; }
-      cmake --build "$root/.ab/build-$side" --target fa-bench -j "$(nproc)" > "$root/.ab/build-$side.log" 2>&1 ||
-        { grep -m 5 -E "error" "$root/.ab/build-$side.log"; die "building $side failed"; }
+      BUILD_DIR="$root/.ab/build-$side" OUT="$root/.ab/logs-$side" TARGETS=fa-bench \
+        CMAKE_ARGS="-DFA_BUILD_MUTANTS=OFF -DFA_BENCH_LESSONS=$bench_lessons" "$src/tools/gpu-run.sh" -- true > "$root/.ab/build-$side.log" 2>&1 ||
+        { tail -20 "$root/.ab/build-$side.log"; die "building $side failed (tools/gpu-run.sh's logs: .ab/logs-$side)"; }
     done
     mkdir -p .ab/out
     rm -f .ab/out/base.csv .ab/out/new.csv

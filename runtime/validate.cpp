@@ -98,10 +98,6 @@ void check_cu_seqlens(const Checker& c, const LessonInfo& lesson, const AttnPara
   }
 }
 
-const char* pass_name(Variant::Pass pass) {
-  return pass == Variant::Pass::kForward ? "forward" : pass == Variant::Pass::kBackward ? "backward" : "forward and backward";
-}
-
 // "a, b, c": the names of the lesson's variants.
 std::string variant_names(const LessonInfo& lesson) {
   std::string names;
@@ -112,12 +108,11 @@ std::string variant_names(const LessonInfo& lesson) {
 // p.variant names one of the lesson's variants, of this entry point and head dim.
 void check_variant(const Checker& c, const LessonInfo& lesson, const AttnParams& p, Variant::Pass pass) {
   const int n = static_cast<int>(lesson.variants.size());
-  if (p.variant == 0 && n == 0) return;
-  if (p.variant < 0 || p.variant >= std::max(n, 1))
-    c.fail("has no variant ", p.variant, " (its variants, from 0: ", variant_names(lesson), ")");
+  if (p.variant == 0 && n == 0) return;  // one way only: variant 0
+  if (p.variant < 0 || p.variant >= n) c.fail("has no variant ", p.variant, " (its variants, from 0: ", variant_names(lesson), ")");
   const Variant& v = lesson.variants[p.variant];
   if (v.pass != Variant::Pass::kBoth && v.pass != pass)
-    c.fail("variant ", v.name, " is a variant of the ", pass_name(v.pass), ", not of the ", pass_name(pass));
+    c.fail("variant ", v.name, " is a variant of the ", name(v.pass), ", not of the ", name(pass));
   if (v.head_dim != 0 && v.head_dim != p.head_dim)
     c.fail("variant ", v.name, " runs head_dim ", v.head_dim, " only, got ", p.head_dim);
 }
@@ -212,11 +207,17 @@ void validate_call(const LessonInfo& lesson, const AttnParams& p, Variant::Pass 
 
 void validate_forward(const LessonInfo& lesson, const AttnParams& p) { validate_call(lesson, p, Variant::Pass::kForward); }
 
-int variant_index(const LessonInfo& lesson, const std::string& name) {
+int find_variant(const LessonInfo& lesson, const std::string& name) {
   if (name.empty() || name == "default") return 0;
   for (size_t i = 0; i < lesson.variants.size(); ++i)
     if (lesson.variants[i].name == name) return static_cast<int>(i);
-  Checker(lesson).fail("has no variant '", name, "' (its variants: ", variant_names(lesson), ")");
+  return -1;
+}
+
+int variant_index(const LessonInfo& lesson, const std::string& name) {
+  const int v = find_variant(lesson, name);
+  if (v < 0) Checker(lesson).fail("has no variant '", name, "' (its variants: ", variant_names(lesson), ")");
+  return v;
 }
 
 bool variant_applies(const LessonInfo& lesson, int v, Variant::Pass pass, int head_dim) {

@@ -85,6 +85,10 @@ Case dense_case(int seqlen_q, int seqlen_k, int head_dim, DType t, bool causal, 
   return c;
 }
 
+namespace {
+Variant::Pass pass_of(Direction dir) { return dir == Direction::kForward ? Variant::Pass::kForward : Variant::Pass::kBackward; }
+}  // namespace
+
 std::string test_variant() {
   const char* v = std::getenv("FA_TEST_VARIANT");
   return v == nullptr ? "" : v;
@@ -97,15 +101,13 @@ int variant_of(const LessonInfo& lesson, const Case& c, Direction dir) {
   // variants, a name it lacks is an error (a typo must not run the default quietly).
   if (env.empty() || lesson.variants.empty()) return 0;
   const int v = variant_index(lesson, env);
-  const Variant::Pass pass = dir == Direction::kForward ? Variant::Pass::kForward : Variant::Pass::kBackward;
-  return variant_applies(lesson, v, pass, c.head_dim) ? v : 0;
+  return variant_applies(lesson, v, pass_of(dir), c.head_dim) ? v : 0;
 }
 
 std::vector<int> variants_for(const LessonInfo& lesson, Direction dir, int head_dim) {
-  const Variant::Pass pass = dir == Direction::kForward ? Variant::Pass::kForward : Variant::Pass::kBackward;
   std::vector<int> out;
   for (int v = 0; v < std::max<int>(1, static_cast<int>(lesson.variants.size())); ++v)
-    if (variant_applies(lesson, v, pass, head_dim)) out.push_back(v);
+    if (variant_applies(lesson, v, pass_of(dir), head_dim)) out.push_back(v);
   return out;
 }
 

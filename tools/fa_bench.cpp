@@ -464,17 +464,15 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
   Row row{o.label.empty() ? lesson.id : o.label, "ok", t, d, causal, std::max(1, o.tokens / seqlen), o.width / d, seqlen};
   if (!variant.empty() && (o.label.empty() || o.variants.size() > 1)) row.lesson += " " + variant;
   // --variant: its index, if the lesson has it for this pass and head dim.
-  int variant_index = 0;
+  const int variant_index = fa::find_variant(lesson, variant);
   if (!variant.empty()) {
-    const auto& vs = lesson.variants;
-    const auto it = std::find_if(vs.begin(), vs.end(), [&](const fa::Variant& x) { return x.name == variant; });
-    if (it == vs.end()) {
+    if (variant_index < 0) {
       row.status = "skipped: no variant " + variant + " in this lesson (fa-bench --list-variants)";
       return row;
     }
-    variant_index = static_cast<int>(it - vs.begin());
-    if (!fa::variant_applies(lesson, variant_index, o.bwd ? fa::Variant::Pass::kBackward : fa::Variant::Pass::kForward, d)) {
-      row.status = "skipped: variant " + variant + " is not one of the " + (o.bwd ? "backward" : "forward") + " at head dim " +
+    const fa::Variant::Pass pass = o.bwd ? fa::Variant::Pass::kBackward : fa::Variant::Pass::kForward;
+    if (!fa::variant_applies(lesson, variant_index, pass, d)) {
+      row.status = "skipped: variant " + variant + " is not one of the " + fa::name(pass) + " at head dim " +
                    std::to_string(d) + " (fa-bench --list-variants)";
       return row;
     }
@@ -711,8 +709,8 @@ void list_variants() {
     std::printf("%s\n", l->id);
     for (size_t i = 0; i < l->variants.size(); ++i) {
       const fa::Variant& v = l->variants[i];
-      const char* pass = v.pass == fa::Variant::Pass::kForward ? " (forward)" : v.pass == fa::Variant::Pass::kBackward ? " (backward)" : "";
-      std::printf("  %-16s %s%s%s\n", v.name.c_str(), v.about.c_str(), pass, i == 0 ? " [default]" : "");
+      const std::string pass = v.pass == fa::Variant::Pass::kBoth ? "" : std::string(" (") + fa::name(v.pass) + ")";
+      std::printf("  %-16s %s%s%s\n", v.name.c_str(), v.about.c_str(), pass.c_str(), i == 0 ? " [default]" : "");
     }
   }
   std::printf("time one: fa-bench --lessons NN --variant NAME (--bwd for a backward's); test one: FA_TEST_VARIANT=NAME ctest -L lessonNN\n");

@@ -104,6 +104,9 @@ struct Variant {
   Pass pass = Pass::kBoth;  // the entry point it is a variant of
   int head_dim = 0;         // 0: every head dim of the lesson; else this one only (a tile configuration)
 };
+inline const char* name(Variant::Pass p) {
+  return p == Variant::Pass::kForward ? "forward" : p == Variant::Pass::kBackward ? "backward" : "forward and backward";
+}
 
 // A lesson's traced build (lessons 13 and 14; fa/trace.hpp): its kernel, instantiated with the
 // trace on, records each recording thread's phases into a sink. The lesson only launches it; the
@@ -189,8 +192,9 @@ void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
 // naming the lesson and the problem.
 void validate_forward(const LessonInfo& lesson, const AttnParams& p);
 
-// The index of `lesson`'s variant called `name` ("" or "default": 0); InvalidArgument naming the
-// lesson's variants if it has none of that name.
+// The index of `lesson`'s variant called `name` ("" or "default": 0), or -1 if it has none of that
+// name; variant_index throws InvalidArgument naming the lesson's variants instead of -1.
+int find_variant(const LessonInfo& lesson, const std::string& name);
 int variant_index(const LessonInfo& lesson, const std::string& name);
 // Does variant v of `lesson` run the given entry point at head dim d?
 bool variant_applies(const LessonInfo& lesson, int v, Variant::Pass pass, int head_dim);
