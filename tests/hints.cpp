@@ -78,6 +78,7 @@ enum class Kind {
   kRopeQueryAtI,   // RoPE: query i at position i
   kRopeKUnrotated, // RoPE: K not rotated
   kRopeKTileRow,   // RoPE: key j at position j % t
+  kNotDivided,     // O left as sum_j exp(s_j - m) v_j: never divided by l
 };
 
 struct Hypothesis {
@@ -200,7 +201,8 @@ RowOut eval_row(const Ctx& x, const Hypothesis& hy, const HeadKeys& keys, const 
     }
     for (int col = 0; col < d; ++col) out.o[col] += w * keys.v[size_t(j) * d + col];
   }
-  for (double& v : out.o) v /= l;
+  if (hy.kind != Kind::kNotDivided)
+    for (double& v : out.o) v /= l;
   out.lse = m + std::log(l);
   return out;
 }
@@ -313,6 +315,11 @@ std::vector<Hypothesis> hypotheses(const Case& c, const ref::Problem& p) {
       hs.push_back(h);
     }
   }
+  // Last: a row that sees one key (l = 1) is right under it, and any wrong row of a rank-one O
+  // (every row the same V row) looks like a scaled right row whatever the bug; this what-if asks
+  // for the factor to be that row's l.
+  hs.push_back({Kind::kNotDivided, "o-not-divided",
+                "each wrong row of O is the right row times its l, and the LSE is right: divide O by l (once, at the end)"});
   return hs;
 }
 
@@ -482,20 +489,16 @@ std::vector<Hint> forward_hints(const ForwardRun& r) {
   if (n_bad_o == 0 && n_bad_lse > 0 && lse_far)
     return {{"lse-wrong", "O is right but the LSE is not: store m + log(l) per row, in natural log, with m the max of the "
                           "scores as the softmax used them (whatever was subtracted from every score of the row is added back)"}};
-  // A constant factor per wrong row: with the LSE right, the division by l at the end; with the
-  // LSE off by -log(factor), l itself.
+  // A constant factor per wrong row with the LSE off by -log(factor): l itself. (The factor l with
+  // the LSE right, O never divided by l, is a what-if above.)
   {
-    bool all_scaled = true, lse_right = true, lse_follows = true;
+    bool all_scaled = true, lse_follows = true;
     for (size_t row : bad) {
       if (std::isinf(r.want_lse[row])) { all_scaled = false; break; }
       const double f = row_factor(r.o, row, r.want_o, row, d);
       if (f == 0 || std::fabs(f - 1) < 0.01) { all_scaled = false; break; }
-      lse_right = lse_right && !bad_lse[row];
       lse_follows = lse_follows && std::fabs(r.lse[row] - r.want_lse[row] + std::log(std::fabs(f))) < 1e-3;
     }
-    if (all_scaled && lse_right)
-      return {{"o-not-divided",
-               "each wrong row of O is the right row times a constant, and the LSE is right: divide O by l (once, at the end)"}};
     if (all_scaled && lse_follows)
       return {{"l-wrong",
                "each wrong row of O is the right row times c and its LSE is off by -log(c): the running sum l is wrong; rescale "

@@ -4,6 +4,7 @@
 // forward suite runs the same kernel without RoPE.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -57,9 +58,17 @@ void run_shapes(const char* variant) {
 
 TEST_CASE("lesson09: fused RoPE matches the reference") {
   // These tests run every variant the lesson declares: a new one must be added to kPaths.
-  std::vector<std::string> declared;
+  std::vector<std::string> declared, tested(std::begin(kPaths), std::end(kPaths));
   for (const fa::Variant& v : fa::test::lesson_under_test().variants) declared.push_back(v.name);
-  CHECK(declared == std::vector<std::string>(std::begin(kPaths), std::end(kPaths)));
+  std::sort(declared.begin(), declared.end());
+  std::sort(tested.begin(), tested.end());
+  auto join = [](const std::vector<std::string>& names) {
+    std::string all;
+    for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+    return all;
+  };
+  CHECK_MESSAGE(declared == tested, "the lesson declares {" << join(declared) << "}, these tests run {"
+                                        << join(tested) << "}");
   for (const char* v : kFused) run_shapes(v);
 }
 TEST_CASE("lesson09: rotate-outside matches the reference") { run_shapes("outside"); }
