@@ -129,11 +129,13 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
   auto take_turn = [&] {
     if constexpr (kStep >= 3) named_sync(my_turn, kTurnThreads);
   };
-  auto pass_turn = [&](bool last) {
-    // Warpgroup 2's last phase of a tile passes nothing: warpgroup 1 has no phase left to take it.
-    if constexpr (kStep >= 3)
-      if (!(last && wg == 2)) named_arrive(their_turn, kTurnThreads);
+  auto pass_turn = [&] {
+    if constexpr (kStep >= 3) named_arrive(their_turn, kTurnThreads);
   };
+  // Warpgroup 1 takes a tile's first turn. Warpgroup 2 hands it over either at the tile's start or,
+  // on the persistent grid, at the end of the tile before (handed): its last P V issued, warpgroup 1
+  // may start the next tile's Q K^T while warpgroup 2 waits for that P V and writes its O.
+  bool handed = false;
 
   mark(ph::kRendezvous, 0);
   named_sync(rendezvous(wg), kRendezvousThreads);
@@ -149,7 +151,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     const int n = tl.n_tiles;
     if (n > 0) {
       if constexpr (kStep >= 3)
-        if (wg == 2) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
+        if (wg == 2 && !handed) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
       float alpha[2];
       if constexpr (kStep == 1) {
         for (int j = 0; j < n; ++j) {
@@ -181,7 +183,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, 0);
         fa::wgmma_fence();
         issue_s(kv);
-        pass_turn(false);
+        pass_turn();
         mark(ph::kWaitS, 0);
         fa::wgmma_wait<0>();
         mark(ph::kSoftmax, 0);
@@ -196,7 +198,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
           fa::wgmma_fence();
           issue_s(kv + j);       // S_j = Q K_j^T
           issue_pv(kv + j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
-          pass_turn(false);
+          pass_turn();
           mark(ph::kWaitS, j);
           fa::wgmma_wait<1>();  // S_j is done; P V may still run
           mark(ph::kSoftmax, j);
@@ -222,7 +224,12 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, n - 1);
         fa::wgmma_fence();
         issue_pv(kv + n - 1);
-        pass_turn(true);
+        // Warpgroup 1 passes the turn to warpgroup 2's last P V; warpgroup 2 hands warpgroup 1 the
+        // next tile's first turn, if that tile has one (a turn passed must be taken: a named
+        // barrier counts arrivals, and a second pass would complete it alone).
+        const bool hand = wg == 2 && next < n_work && tile_of(p, next).n_tiles > 0;
+        if (wg == 1 || hand) pass_turn();
+        handed = hand;
         mark(ph::kWaitPV, n - 1);
         fa::wgmma_wait<0>();
         release(kv + n - 1);
