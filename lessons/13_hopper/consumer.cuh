@@ -115,11 +115,13 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
   auto take_turn = [&] {
     if constexpr (kStep >= 3) named_sync(my_turn, kTurnThreads);
   };
-  auto pass_turn = [&](bool last) {
-    // Warpgroup 2's last phase of a tile passes nothing: warpgroup 1 has no phase left to take it.
-    if constexpr (kStep >= 3)
-      if (!(last && wg == 2)) named_arrive(their_turn, kTurnThreads);
+  auto pass_turn = [&] {
+    if constexpr (kStep >= 3) named_arrive(their_turn, kTurnThreads);
   };
+  // Warpgroup 1 takes a tile's first turn. Warpgroup 2 hands it over either at the tile's start or,
+  // on the persistent grid, at the end of the tile before (handed): its last P V issued, warpgroup 1
+  // may start the next tile's Q K^T while warpgroup 2 waits for that P V and writes its O.
+  bool handed = false;
 
   mark(ph::kRendezvous, 0);
   named_sync(rendezvous(wg), kRendezvousThreads);
@@ -135,7 +137,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     const int n = tl.n_tiles;
     if (n > 0) {
       if constexpr (kStep >= 3)
-        if (wg == 2) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
+        if (wg == 2 && !handed) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
       float alpha[2];
       if constexpr (kStep == 1) {
         for (int j = 0; j < n; ++j) {
@@ -167,7 +169,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, 0);
         fa::wgmma_fence();
         issue_s(kv);
-        pass_turn(false);
+        pass_turn();
         mark(ph::kWaitS, 0);
         fa::wgmma_wait<0>();
         mark(ph::kSoftmax, 0);
@@ -182,7 +184,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
           fa::wgmma_fence();
           issue_s(kv + j);       // S_j = Q K_j^T
           issue_pv(kv + j - 1);  // O += P_{j-1} V_{j-1}, with P_{j-1} from registers
-          pass_turn(false);
+          pass_turn();
           mark(ph::kWaitS, j);
           fa::wgmma_wait<1>();  // S_j is done; P V may still run
           mark(ph::kSoftmax, j);
@@ -208,7 +210,12 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, n - 1);
         fa::wgmma_fence();
         issue_pv(kv + n - 1);
-        pass_turn(true);
+        // Warpgroup 1 passes the turn to warpgroup 2's last P V; warpgroup 2 hands warpgroup 1 the
+        // next tile's first turn, if that tile has one (a turn passed must be taken: a named
+        // barrier counts arrivals, and a second pass would complete it alone).
+        const bool hand = wg == 2 && next < n_work && tile_of(p, next).n_tiles > 0;
+        if (wg == 1 || hand) pass_turn();
+        handed = hand;
         mark(ph::kWaitPV, n - 1);
         fa::wgmma_wait<0>();
         release(kv + n - 1);
@@ -224,16 +231,38 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = fa::group_sum<4>(l[hh]);
       const int row = tl.q0 + row_base + 16 * w + g + 8 * hh;
-      if (row >= p.seqlen_q) continue;
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       T* orow = obase + int64_t(row) * p.o_stride.row;
+      // Thread t holds columns 8 kb + 2 t and + 1 of each 8-column block kb of its row (floats
+      // 4 kb + 2 hh, + 1; acc_element). Stored so, a warp's store writes 16 bytes in each of 8 rows.
+      // Instead, for each four blocks 4 c .. 4 c + 3 the quad's four threads transpose their
+      // packed pairs (two rounds of shuffles), which leaves thread t the 8 columns of block
+      // 4 c + t: one 16-byte store, and a warp's store 64 contiguous bytes in each of 8 rows, four
+      // times fewer store instructions and cache lines written. (Every lane shuffles, in-range row or not.)
 #pragma unroll
-      for (int i = 0; i < D / 2; i += 2)
-        if ((i / 2) % 2 == hh) {
-          const lesson13::RowCol rc = lesson13::acc_element(tid, i);
-          *reinterpret_cast<uint32_t*>(orow + rc.col) = fa::pack2<T>(o[i] * inv, o[i + 1] * inv);
+      for (int c = 0; c < D / 32; ++c) {
+        uint32_t u[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = 4 * (4 * c + k) + 2 * hh;
+          u[k] = fa::pack2<T>(o[i] * inv, o[i + 1] * inv);
         }
-      if (t == 0) p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
+        // Round `bit` (1, then 2): threads t and t ^ bit swap the positions k whose bit differs
+        // from t's (each keeps the one whose bit matches).
+#pragma unroll
+        for (int bit = 1; bit <= 2; bit *= 2)
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            if ((k & bit) == 0) {
+              const bool hi = (t & bit) != 0;
+              const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? u[k] : u[k | bit], bit);
+              if (hi) u[k] = got;
+              else u[k | bit] = got;
+            }
+        if (row < p.seqlen_q) *reinterpret_cast<uint4*>(orow + 8 * (4 * c + t)) = make_uint4(u[0], u[1], u[2], u[3]);
+      }
+      if (t == 0 && row < p.seqlen_q)
+        p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
     }
     work = next;
   }
