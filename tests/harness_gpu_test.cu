@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/half.hpp"
+#include "fa/tensor_map.hpp"
 
 namespace {
 __global__ void write_range(float* x, int begin, int end) {
@@ -56,4 +58,29 @@ TEST_CASE("harness gpu: CUDA errors name the call and the line") {
   (void)cudaGetLastError();
   CHECK_NOTHROW(FA_CUDA_CHECK(cudaDeviceSynchronize()));
   CHECK_NOTHROW(b.poison());
+}
+
+TEST_CASE("harness gpu: tensor maps are kept per pointer and shape") {
+  // 2 x 256 rows of 128 fp16 values, twice: two tensors of one shape.
+  fa::Buffer a(fa::Memory::kDevice, 2 * 256 * 128 * 2, "a"), b(fa::Memory::kDevice, 2 * 256 * 128 * 2, "b");
+  auto same = [](const CUtensorMap& x, const CUtensorMap& y) { return std::memcmp(&x, &y, sizeof(x)) == 0; };
+  const long long before = fa::tensor_maps_encoded();
+  const CUtensorMap first = fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 256, 128, 64);
+  CHECK(fa::tensor_maps_encoded() == before + 1);
+  const CUtensorMap again = fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 256, 128, 64);
+  CHECK(fa::tensor_maps_encoded() == before + 1);  // kept, not encoded again
+  CHECK(same(first, again));
+  // Another pointer, dtype, length or box is another map.
+  const CUtensorMap other = fa::make_tensor_map("test", b.data(), fa::DType::kF16, 2, 256, 128, 64);
+  CHECK(fa::tensor_maps_encoded() == before + 2);
+  CHECK_FALSE(same(first, other));
+  fa::make_tensor_map("test", a.data(), fa::DType::kBF16, 2, 256, 128, 64);
+  fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 200, 128, 64);
+  fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 256, 128, 128);
+  CHECK(fa::tensor_maps_encoded() == before + 5);
+  // The kept maps are the recent ones: 40 others push the first out.
+  for (int s = 1; s <= 40; ++s) fa::make_tensor_map("test", a.data(), fa::DType::kF16, 1, s, 128, 64);
+  const long long full = fa::tensor_maps_encoded();
+  CHECK(same(fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 256, 128, 64), first));
+  CHECK(fa::tensor_maps_encoded() == full + 1);
 }
