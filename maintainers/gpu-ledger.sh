@@ -23,7 +23,8 @@ sources_hash() {
     sha256sum | cut -c1-16
 }
 
-last_hash() { grep -E '^\| 20' "$ledger" | tail -1 | awk -F'|' '{gsub(/[ `]/, "", $6); print $6}'; }
+# The hash is a row's last cell (a row's text may hold escaped pipes, \|, in its cells).
+last_hash() { grep -E '^\| 20' "$ledger" | tail -1 | awk -F'|' '{h = $(NF - 1); gsub(/[ `]/, "", h); print h}'; }
 
 case "${1:-}" in
   hash) sources_hash ;;
@@ -40,7 +41,8 @@ case "${1:-}" in
   record)
     [ $# -eq 3 ] || { echo "usage: $0 record \"<GPU>\" \"<ctest summary line>\""; exit 2; }
     h=$(sources_hash)
-    row="| $(date -u +%Y-%m-%d) | $(git rev-parse --short HEAD 2>/dev/null || echo none) | $2 | $3 | \`$h\` |"
+    gpu=${2//|/\\|} text=${3//|/\\|}  # a pipe in a Markdown table's cell is written \|
+    row="| $(date -u +%Y-%m-%d) | $(git rev-parse --short HEAD 2>/dev/null || echo none) | $gpu | $text | \`$h\` |"
     echo "$row" >> "$ledger"
     line="Last verified GPU run: $(date -u +%Y-%m-%d), $2: $3 (sources \`$h\`, see [maintainers/gpu-ledger.md](maintainers/gpu-ledger.md))."
     python3 - "$line" <<'PY'
