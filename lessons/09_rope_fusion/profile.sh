@@ -15,7 +15,7 @@ metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t
 for n in ${FA_PROFILE_SEQLENS:-1024 16384}; do
   for path in outside fused; do
     echo "== $path, N = $n (causal, head_dim 128, fp16)"
-    "$root/tools/ncu-profile.sh" lesson09_${path}_n$n "$metrics" "rope_kernel|rope_attention_kernel" \
+    "$root/tools/ncu-profile.sh" lesson09_${path}_n$n "$metrics" "rope_kernel|pipelined_kernel" \
       --lessons 09 --rope --variant "$path" --seqlens "$n" --head-dims 128 --causal 1
   done
 done

@@ -5,14 +5,17 @@
 //                   attention kernel runs unchanged on them (the variant outside);
 //   fused           the attention kernel rotates the Q tile once when it lands in shared memory,
 //                   and each K tile as it streams in, before any QK^T (the default).
-// Both run the same attention kernel with the same tiles (lesson 08's tiles.hpp): the only
-// difference is where the rotation happens, so the experiment in the README measures that alone.
+// Both run the same attention kernel, lesson 08's (08_pipelining/attention.cuh: the fused path
+// passes it FusedLoads below), with the same tiles (lesson 08's tiles.hpp): the only difference is
+// where the rotation happens, so the experiment in the README measures that alone.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson09
 //   lessons/09_rope_fusion/profile.sh
 #include <climits>
 #include <string>
+#include <type_traits>
 
+#include "../08_pipelining/attention.cuh"
 #include "../08_pipelining/tiles.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
@@ -27,7 +30,6 @@ using lesson08::kConfigs;
 using lesson08::tile_offset;
 using lesson09::pair_task;
 using lesson09::PairTask;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first one
 // with "lesson 09 not implemented yet: <it>". Delete an entry when you have written its code.
@@ -102,24 +104,6 @@ __global__ void __launch_bounds__(256) rope_kernel(const fa::AttnParams p, T* q_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Lesson 08's copy of a tile, unchanged: thread x copies chunk x % (D / 8) of its rows. V, and Q
-// and K when nothing is rotated, are loaded this way.
-template <int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  constexpr int kChunks = D / 8;
-  constexpr int kStepRows = kThreads / kChunks;
-  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
-  const int c = threadIdx.x % kChunks, r = threadIdx.x / kChunks;
-  const uint32_t dst = fa::smem_addr(tile + tile_offset(r, 8 * c, D));
-  const T* src = base + (row0 + r) * row_stride + 8 * c;
-#pragma unroll
-  for (int i = 0; i < kTileRows / kStepRows; ++i) {
-    const bool valid = row0 + r + i * kStepRows < nrows;
-    fa::cp_async_16(dst + i * kStepRows * D * 2, valid ? src : base, valid);
-    src += kStepRows * row_stride;
-  }
-}
-
 // Fused. Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled
 // shared tile, each thread copying whole RoPE pairs of chunks (rope.hpp, pair_task). Rows at or
 // past `nrows` are zero-filled.
@@ -146,13 +130,6 @@ __device__ __forceinline__ void load_pairs(T* tile, const T* base, int64_t row_s
     src += kStepRows * row_stride;
   }
   // END SOLUTION
-}
-
-// Q and K: in pairs of chunks when they are rotated in the kernel, as in lesson 08 otherwise.
-template <bool kPairs, int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_qk(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  if constexpr (kPairs) load_pairs<kThreads, kTileRows, D>(tile, base, row_stride, row0, nrows);
-  else load_tile<kThreads, kTileRows, D>(tile, base, row_stride, row0, nrows);
 }
 
 // Rotates, in place, the pairs this thread copied with load_pairs into `tile` (rows row0 .. of
@@ -195,52 +172,17 @@ __device__ __forceinline__ void rotate_own_pairs(T* tile, const float* cos_tab, 
   // END SOLUTION
 }
 
-// Lesson 08's kernel, with kRope: rotate Q and each K tile in shared memory (fused), or not (the
-// attention kernel the rotate-outside path runs). Warp w owns query rows w * kWarpRows .. of the
-// block, as kMT m16 tiles; each thread holds, per m16 tile, two rows (lane / 4 and lane / 4 + 8).
-template <class T, int D, int kRows, int kKeys, int kSub, int kWarps, int kStages, int kBlocksPerSM, bool kRope>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) rope_attention_kernel(const fa::AttnParams p) {
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kWarpRows = kRows / kWarps;
-  constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
-  constexpr int kNT = kSub / 8;        // n8 tiles of S per m16 tile
-  constexpr int kDT = D / 8;           // n8 tiles of O per m16 tile
-  extern __shared__ uint4 smem[];      // uint4: 16-byte aligned
-  T* sQ = reinterpret_cast<T*>(smem);
-  T* sK = sQ + kRows * D;
-  T* sV = sK + kStages * kKeys * D;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
-  const int hk = h / (p.heads_q / p.heads_kv);
-  const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
-  const int q0 = tile * kRows;
-  const int offset = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + offset
-  const T* qbase = static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head;
-  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
-  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-
-  // Lesson 06's loop bounds, in tiles of kKeys: n_tiles to visit, the first n_full without a mask.
-  int k_end = p.seqlen_k;
-  int n_full = p.seqlen_k / kKeys;
-  if (p.causal) {
-    k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
-    n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
+// Fused: lesson 08's kernel (08_pipelining/attention.cuh) with these copies of Q and K. Each
+// thread copies whole RoPE pairs of chunks (load_pairs), so once its own copies have landed it can
+// rotate them in shared memory (rotate_own_pairs) with no barrier: the kernel's next
+// __syncthreads publishes the rotated tile before any warp reads it. V is never rotated.
+struct FusedLoads {
+  template <int kThreads, int kTileRows, int D, class T>
+  __device__ __forceinline__ static void copy(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
+    load_pairs<kThreads, kTileRows, D>(tile, base, row_stride, row0, nrows);
   }
-  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
-
-  // Lesson 08's prologue: the Q tile, then K and V tiles 0 .. kStages - 2, one commit group each.
-  load_qk<kRope, kThreads, kRows, D>(sQ, qbase, p.q_stride.row, q0, p.seqlen_q);
-  fa::cp_async_commit();
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) {
-      load_qk<kRope, kThreads, kKeys, D>(sK + s * kKeys * D, kbase, p.k_stride.row, s * kKeys, p.seqlen_k);
-      load_tile<kThreads, kKeys, D>(sV + s * kKeys * D, vbase, p.v_stride.row, s * kKeys, p.seqlen_k);
-    }
-    fa::cp_async_commit();
-  }
-  if constexpr (kRope) {
+  template <int kThreads, int kRows, int kStages, int D, class T>
+  __device__ __forceinline__ static void prologue_started(const fa::AttnParams& p, T* sQ, int q0) {
     // TODO(7): rotate the Q tile: wait until this thread's Q copies have landed (Q is the oldest
     //   of kStages commit groups, so at most kStages - 1 may stay pending), then rotate them
     //   (rotate_own_pairs; query row q0 sits at query_position(q0, ...)). No barrier: the loop's
@@ -251,170 +193,24 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) rope_attention_kern
                                          lesson09::query_position(q0, p.seqlen_q, p.seqlen_k));
     // END SOLUTION
   }
-
-  float o[kMT][kDT][4] = {};
-  float m[kMT][2], l[kMT][2];  // running max (raw score units) and this thread's part of the sum
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-    for (int hh = 0; hh < 2; ++hh) m[mt][hh] = fa::kNegInf, l[mt][hh] = 0.f;
-  const float sl2 = p.scale * fa::kLog2e;
-  const int g = lane / 4, t = lane % 4;  // the accumulator's row and column pair (lesson 07)
-  // ldmatrix addresses, in bytes: lane l's row of the first step, then for step k along the
-  // columns and i m16 tiles down, tile_offset(r + 16 i, c + 16 k) = tile_offset(r, c) ^ 16 k + 16 i D
-  // (tiles.hpp): one XOR and one add per ldmatrix, no per-step address registers.
-  const uint32_t q_addr = fa::smem_addr(sQ), k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
-  const uint32_t q_off = 2 * tile_offset(warp * kWarpRows + lane % 16, 8 * (lane / 16), D);     // A: Q
-  const uint32_t k_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);  // B: K
-  const uint32_t v_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);  // B: V, .trans
-
-  for (int j = 0; j < n_tiles; ++j) {
-    // Lesson 08's ring: wait for tile j, one barrier, start tile j + kStages - 1.
-    if constexpr (kRope) {
-      // TODO(8): rotate K tile j (ring slot j % kStages; key j * kKeys + r sits at position
-      //   j * kKeys + r): wait for the tile, then rotate_own_pairs, before the barrier: this
-      //   thread's copies are in, and the barrier then publishes the whole rotated tile. V is
-      //   never rotated.
-      // BEGIN SOLUTION
-      fa::cp_async_wait<kStages - 2>();
-      rotate_own_pairs<kThreads, kKeys, D>(sK + (j % kStages) * kKeys * D, p.rope_cos, p.rope_sin, j * kKeys, p.seqlen_k,
-                                           j * kKeys);
-      // END SOLUTION
-    } else {
-      fa::cp_async_wait<kStages - 2>();
-    }
-    __syncthreads();
-    {
-      const int next = j + kStages - 1;
-      if (next < n_tiles) {
-        const int slot = next % kStages;
-        load_qk<kRope, kThreads, kKeys, D>(sK + slot * kKeys * D, kbase, p.k_stride.row, next * kKeys, p.seqlen_k);
-        load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase, p.v_stride.row, next * kKeys, p.seqlen_k);
-      }
-      fa::cp_async_commit();
-    }
-
-    // The tile is computed kSub keys at a time: a whole softmax step each (S of 64 keys for two
-    // m16 tiles is 64 more registers beside O's 128; 32 keys leave room). Not unrolled: one
-    // sub-tile's registers at a time.
-#pragma unroll 1
-    for (int sub = 0; sub < kKeys / kSub; ++sub) {
-    // S = Q K^T for the warp's kMT x kNT accumulator tiles (lesson 07, with swizzled addresses).
-    const uint32_t kj = k_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
-    float s[kMT][kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) fa::ldmatrix_x4(qa[mt], q_addr + ((q_off ^ (32 * kk)) + mt * 32 * D));
-#pragma unroll
-      for (int nj = 0; nj < kSub / 16; ++nj) {
-        uint32_t kb[4];
-        fa::ldmatrix_x4(kb, kj + ((k_off ^ (32 * kk)) + nj * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(s[mt][2 * nj], qa[mt], kb[0], kb[1]);
-          fa::mma_m16n8k16<T>(s[mt][2 * nj + 1], qa[mt], kb[2], kb[3]);
-        }
-      }
-    }
-
-    if (j >= n_full) {  // a diagonal or tail tile: -inf where the key is past the end or the mask
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = q0 + warp * kWarpRows + mt * 16 + g + 8 * (e / 2);
-            const int col = j * kKeys + sub * kSub + nt * 8 + 2 * t + e % 2;
-            if (col >= p.seqlen_k || (p.causal && col > row + offset)) s[mt][nt][e] = fa::kNegInf;
-          }
-    }
-
-    // The online softmax on fragments: a row's values are spread over the 4 lanes of a quad.
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = m[mt][hh];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
-        mx = fa::group_max<4>(mx);
-        // A row with nothing visible yet keeps m = -inf; subtract 0 then, never -inf - -inf.
-        const float m_scaled = mx == fa::kNegInf ? 0.f : mx * sl2;
-        const float alpha = fa::ex2(m[mt][hh] * sl2 - m_scaled);
-        m[mt][hh] = mx;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 2 * hh; e < 2 * hh + 2; ++e) s[mt][nt][e] = fa::ex2(fmaf(s[mt][nt][e], sl2, -m_scaled));
-        l[mt][hh] *= alpha;  // the new P's row sums are added below, as P is packed
-        // Once the running max has settled, most tiles leave every row's max unchanged (alpha = 1
-        // exactly): skip the 2 kDT multiplications unless some row of the warp needs them.
-        if (__any_sync(0xffffffffu, alpha != 1.f)) {
-#pragma unroll
-          for (int dt = 0; dt < kDT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
-        }
-      }
-
-    // O += P V: the S accumulators of keys 16 kc .. 16 kc + 15 are P's A fragment (lesson 07),
-    // rounded to T and packed two values a register. The row sums are taken here too, where each
-    // value of P is used for the last time (summed in the softmax loop above, they kept S's
-    // registers busy longer, and this kernel is at the 255-register limit).
-    const uint32_t vj = v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
-#pragma unroll
-    for (int kc = 0; kc < kSub / 16; ++kc) {
-      uint32_t pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        l[mt][0] += (s[mt][2 * kc][0] + s[mt][2 * kc][1]) + (s[mt][2 * kc + 1][0] + s[mt][2 * kc + 1][1]);
-        l[mt][1] += (s[mt][2 * kc][2] + s[mt][2 * kc][3]) + (s[mt][2 * kc + 1][2] + s[mt][2 * kc + 1][3]);
-        pa[mt][0] = fa::pack2<T>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-        pa[mt][1] = fa::pack2<T>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-        pa[mt][2] = fa::pack2<T>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-        pa[mt][3] = fa::pack2<T>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-      }
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t vb[4];
-        fa::ldmatrix_x4_trans(vb, vj + ((v_off ^ (32 * dn)) + kc * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
-          fa::mma_m16n8k16<T>(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
-        }
-      }
-    }
-    }  // sub
+  template <int kThreads, int kKeys, int D, class T>
+  __device__ __forceinline__ static void key_tile_landed(const fa::AttnParams& p, T* sK_j, int j) {
+    // TODO(8): rotate K tile j (sK_j, its ring slot; key j * kKeys + r sits at position
+    //   j * kKeys + r) with rotate_own_pairs: the kernel has waited for this thread's copies, and
+    //   its barrier then publishes the whole rotated tile.
+    // BEGIN SOLUTION
+    rotate_own_pairs<kThreads, kKeys, D>(sK_j, p.rope_cos, p.rope_sin, j * kKeys, p.seqlen_k, j * kKeys);
+    // END SOLUTION
   }
-  fa::cp_async_wait<0>();  // nothing may be in flight when the block exits
-
-  // One division per row at the end; the quad's partial sums are added first.
-  T* obase = static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float sum = fa::group_sum<4>(l[mt][hh]);
-      const int row = q0 + warp * kWarpRows + mt * 16 + g + 8 * hh;
-      if (row >= p.seqlen_q) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      T* orow = obase + row * p.o_stride.row;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) =
-            fa::pack2<T>(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
-      if (t == 0)
-        p.lse[static_cast<int64_t>(bh) * p.seqlen_q + row] = sum > 0.f ? (m[mt][hh] * sl2 + log2f(sum)) * kLn2 : INFINITY;
-    }
-}
+};
 
 template <class T, int kIndex, bool kRope>
 void launch_attention(const fa::AttnParams& p, cudaStream_t stream) {
   constexpr Config c = kConfigs[kIndex];
   static_assert(lesson08::well_formed(c), "a configuration in tiles.hpp is not well formed");
   constexpr int smem = lesson08::smem_bytes(c);
-  auto kernel = rope_attention_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kRope>;
+  using Loads = std::conditional_t<kRope, FusedLoads, lesson08::PlainLoads>;
+  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, Loads>;
   static bool configured = false;  // the opt-in above 48 KB, once per kernel
   if (!configured) {
     fa::allow_smem(kernel, smem);
@@ -461,6 +257,7 @@ static_assert(kConfigs[2].head_dim == 64 && kConfigs[4].head_dim == 128, "the sm
 // (kSmallTiles: 64 x 64 at head dim 64, 128 x 32 at 128).
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   fa::throw_if_todos_left("09_rope_fusion (its tiles come from lesson 08's tiles.hpp)", lesson08::kTilesTodosLeft);
+  fa::throw_if_todos_left("09_rope_fusion (it runs lesson 08's kernel, attention.cuh)", lesson08::kAttentionTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", lesson09::kRopeTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", kTodosLeft);
   const int index = p.variant == kSmallTiles ? (p.head_dim == 64 ? 2 : 4) : lesson08::config_for(fa::current_device().sm, p.head_dim);
