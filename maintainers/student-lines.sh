@@ -8,11 +8,15 @@
 # that first needs it. An earlier lesson's own header (#include "13_hopper/wgmma.hpp") was read in
 # that lesson and is not counted again.
 #
-# Budgets: every lesson under 1,500 lines; lesson 12's skeleton .cu files under 600 in all; lesson
+# Budgets: every lesson under 1,500 lines; lesson 12's skeleton kernel files under 600 in all; lesson
 # 13's solution kernel.cu under 400 (met since its seams were cut: producer.cuh, consumer.cuh,
 # pipeline.hpp, schedule.hpp). Lesson 12's two are known debts, tracked by the issue "Lessons 12 and
 # 13 along their seams": until its seams are cut they may not grow past the counts below (a ratchet:
-# lower a debt when a change shrinks it, never raise it).
+# lower a debt when a change shrinks it, never raise it). Lesson 12's kernel files are its .cu and
+# .cuh: when its kernel.cu was split into sequences.cuh, forward.cuh and backward.cuh (the same
+# code, the same SASS), the count took in the headers; their includes, TODO lists and opening
+# comments added 65 lines to the 1,298 of the one kernel.cu, and both debts moved with them (the
+# one time they rose: the split the issue asks for, not more code to understand).
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
 set -uo pipefail
@@ -23,8 +27,8 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # Known debts (see the header): the most each may be until the seams are cut.
-debt_l12_lesson=1790    # lesson 12's own code plus new headers
-debt_l12_cu=1300        # lesson 12's skeleton .cu files
+debt_l12_lesson=1848    # lesson 12's own code plus new headers (1,790 before the split's 65 lines)
+debt_l12_cu=1364        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk
@@ -73,11 +77,11 @@ for d in lessons/[0-9][0-9]_*/; do
   if [ "$total" -ge "$budget" ]; then echo "student-lines: $name: $total lines to read, over its budget of $budget"; fail=1; fi
 done
 
-l12_cu=$(cat lessons/12_*/*.cu | wc -l)
+l12_cu=$(cat lessons/12_*/*.cu lessons/12_*/*.cuh | wc -l)
 l13_kernel=$(wc -l < solutions/13_hopper/kernel.cu)
-echo "lesson 12's skeleton .cu files: $l12_cu lines (target under $limit_l12_cu; debt $debt_l12_cu)"
+echo "lesson 12's skeleton kernel files (.cu, .cuh): $l12_cu lines (target under $limit_l12_cu; debt $debt_l12_cu)"
 echo "lesson 13's solution kernel.cu: $l13_kernel lines (under $limit_l13_kernel)"
-[ "$l12_cu" -ge "$debt_l12_cu" ] && { echo "student-lines: lesson 12's skeleton .cu files grew past their debt of $debt_l12_cu"; fail=1; }
+[ "$l12_cu" -ge "$debt_l12_cu" ] && { echo "student-lines: lesson 12's skeleton kernel files grew past their debt of $debt_l12_cu"; fail=1; }
 [ "$l13_kernel" -ge "$limit_l13_kernel" ] && { echo "student-lines: lesson 13's kernel.cu has $l13_kernel lines, $limit_l13_kernel or more"; fail=1; }
 [ "$l12_cu" -lt "$limit_l12_cu" ] && echo "lesson 12's seams' target met: remove its debts"
 if [ $fail -ne 0 ]; then echo "student-lines: over budget (maintainers/student-lines.sh says why)"; exit 1; fi

@@ -1,0 +1,611 @@
+// Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/backward.cuh by fa-skeleton.
+// Lesson 12's backward kernels: the preprocess (D, and the gate's anchors), lesson 11's dK/dV
+// kernel over the tile map with GQA, packed sequences, the gate and dG, the dQ conversion and the
+// deterministic dQ pass. Part of kernel.cu, which alone includes it.
+#pragma once
+
+#include "fa/device.cuh"
+#include "fa/mma.cuh"
+#include "fa/params.hpp"
+#include "sequences.cuh"  // and with it, lessons 08 and 11's tiles.hpp and plan.hpp
+
+namespace {
+
+// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
+// with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
+const fa::TodoList kBackwardTodosLeft = {
+    "TODO(17) in backward.cuh: subtract the row's gate_diff (the anchor of its query tile, as in the forward),",
+    "TODO(18) in backward.cuh: kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below",
+    "TODO(19) in backward.cuh: add this step's dS to the column sums: each thread's values of keys g and g + 8",
+    "TODO(20) in backward.cuh: the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +",
+    "TODO(21) in backward.cuh: after the last query tile of head h, the same lanes store dG = -colsum for their",
+};
+
+// ---- Backward ----------------------------------------------------------------------------------
+// The backward's per-row statistics, in rows padded per sequence to whole kStatRows tiles
+// (lesson12::stat_row): D_i = dO_i . O_i, and LSE2_i = LSE_i log2(e) - (with the gate) qg_i, the
+// row's anchored G difference folded in, so the inner loops only add the key's. One block per
+// (query tile of kStatRows rows, head), D / 8 threads a row.
+template <class T, int D, bool kGate>
+__global__ void preprocess_kernel(const fa::AttnParams p, const int2* qmap, const int* qcount, const int* qtile_start,
+                                  const double* G, float* lse2, float* delta, int64_t stat_stride) {
+  constexpr int kLanes = D / 8;
+  const int h = head(p.heads_q);
+  int b = 0, tile = 0;
+  if (!work_item(p, qmap, qcount, entry(p.heads_q), fa::ceil_div(p.seqlen_q, lesson12::kStatRows), false, b, tile))
+    return;
+  const Seq s = sequence(p, b);
+  const int c = threadIdx.x % kLanes, q0 = tile * lesson12::kStatRows, i = q0 + threadIdx.x / kLanes;
+  float sum = 0.f;
+  if (i < s.len_q) {
+    const T* o = static_cast<const T*>(p.o) + q_offset(p.o_stride, s, h) + i * p.o_stride.row + 8 * c;
+    const T* d = static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h) + i * p.do_stride.row + 8 * c;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
+    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 a = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
+      sum = fmaf(a.x, e.x, fmaf(a.y, e.y, sum));
+    }
+  }
+  sum = fa::group_sum<kLanes>(sum);
+  if (c == 0) {
+    const int64_t row = lesson12::stat_row(s.varlen, b, h, i, p.heads_q, stat_stride, s.varlen ? qtile_start[b] : 0);
+    float l2 = i < s.len_q ? p.lse[lse_index(p, s, h) + i] * fa::kLog2e : INFINITY;
+    if constexpr (kGate) {
+      // TODO(17): subtract the row's gate_diff (the anchor of its query tile, as in the forward),
+      //   for rows i < len_q with a key position i + len_k - len_q >= 0.
+    }
+    delta[row] = i < s.len_q ? sum : 0.f;
+    lse2[row] = l2;
+  }
+}
+
+// Lesson 11's dK/dV kernel, one block per (key tile, kv head) of a sequence. With kGate the
+// logits get the keys' anchored G differences (the rows' are in LSE2), and each key's column sum
+// of dS (over the rows of one query head) is kept in registers and stored, negated, as dG.
+template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq, bool kGate>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    dkdv_kernel(const fa::AttnParams p, const int2* kmap, const int* kcount, const int* qtile_start, const double* G,
+                const float* lse2, const float* delta, int64_t stat_stride, float* dq_accum, float* dG, float* dG_rows) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kKT = kKeys / (16 * kWarps);
+  constexpr int kNT = kSub / 8;
+  constexpr int kDT = D / 8;
+  static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
+  T* sK = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
+  T* sV = sK + kKeys * D;
+  T* sQ = sV + kKeys * D;
+  T* sdO = sQ + 2 * kRows * D;
+  T* sdS = sdO + 2 * kRows * D;
+  float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);
+  float* sDelta = sL + 2 * kRows;
+
+  // The block's sequence and bounds in shared memory, as in the forward: dK and dV hold 128
+  // registers a thread, and the kernel is at the 255-register limit. The loop reads them as
+  // 16-byte loads (fresh) at the top of an iteration, and again where S^T's fragments are dead:
+  // a few volatile loads an iteration, not one per use.
+  struct KeyBlock {
+    Seq s;
+    int k0, hk;  // the first key (-1: past the end of the map) and the K/V head
+  };
+  __shared__ KeyBlock kb;
+  __shared__ int4 iters;   // n_iter, per_head, first, hk * group
+  __shared__ int4 bounds;  // len_q, len_k, offset, k0
+  // Where head 0's rows start in Q and dO, its statistics (stat_row), its fp32 dQ sums (lse_index)
+  // and its gate (gate_index); head h's are h times the head's stride further.
+  __shared__ alignas(16) int64_t origin[5];
+  // Per buffer, its query tile: head h, first row q0, whether it needs the mask, and the mask's
+  // bound (below). Thread 0 writes it as the loads start, and it travels with the tiles: the loop
+  // reads it back where it needs it, with no register held and no division (it / per_head).
+  __shared__ int4 tile_of[2];  // h, q0, masked, bound
+  auto head_row = [&](int buf) { return fresh(reinterpret_cast<const int2&>(tile_of[buf])); };  // h, q0
+  if (threadIdx.x == 0) {
+    int b = 0, ktile = -1;
+    kb.k0 = -1;
+    if (work_item(p, kmap, kcount, entry(p.heads_kv), fa::ceil_div(p.seqlen_k, kKeys), false, b, ktile)) {
+      const Seq sq = sequence(p, b);
+      const int k0 = ktile * kKeys, offset = sq.len_k - sq.len_q, hk = head(p.heads_kv), group = p.heads_q / p.heads_kv;
+      kb.s = sq;
+      kb.k0 = k0;
+      kb.hk = hk;
+      // The query tiles this key tile visits, for each head of the group: from the first that
+      // sees any of its keys (causal) to the last. Iteration `it` is query tile first + it %
+      // per_head of head hk * group + it / per_head.
+      const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
+      const int per_head = max(0, fa::ceil_div(sq.len_q, kRows) - first);
+      iters = make_int4(per_head * group, per_head, first, hk * group);
+      bounds = make_int4(sq.len_q, sq.len_k, offset, k0);
+      origin[0] = q_offset(p.q_stride, sq, 0);
+      origin[1] = q_offset(p.do_stride, sq, 0);
+      origin[2] = lesson12::stat_row(sq.varlen, b, 0, 0, p.heads_q, stat_stride, sq.varlen ? qtile_start[b] : 0);
+      origin[3] = lse_index(p, sq, 0);
+      origin[4] = gate_index(p, sq, 0);
+    }
+  }
+  __syncthreads();
+  if (kb.k0 < 0) return;
+  const Seq& s = kb.s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Head h's statistics, fp32 dQ sums and gate: origin[2], [3] and [4] plus h heads' strides
+  // (the parameters', which cost no register).
+  auto stat_at = [&](int h) { return fresh(origin[2]) + h * stat_stride; };
+  auto accum_at = [&](int h) { return fresh(origin[3]) + h * int64_t(is_varlen(p) ? p.total_q : p.seqlen_q); };
+  auto gate_at = [&](int h) { return fresh(origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k); };
+  {
+    const int4 bd = fresh(bounds);
+    const int hk = fresh(kb.hk);
+    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + k_offset(p.k_stride, s, hk), p.k_stride.row, bd.w, bd.y);
+    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + k_offset(p.v_stride, s, hk), p.v_stride.row, bd.w, bd.y);
+  }
+  // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
+  // and D (whole tiles of statistics: no guard); thread 0 fills the buffer's tile_of. The mask's
+  // bound: causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
+  // otherwise len_k - k0 (masked at k >= bound).
+  auto load_queries = [&](int h, int q0, int buf) {
+    const int4 bd = fresh(bounds);
+    const longlong2 qd = fresh_pair(origin);
+    const T* qbase = static_cast<const T*>(p.q) + qd.x + h * p.q_stride.head;
+    const T* dobase = static_cast<const T*>(p.dout) + qd.y + h * p.do_stride.head;
+    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, bd.x);
+    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, bd.x);
+    const int64_t r0 = stat_at(h) + q0;
+    const int x = threadIdx.x;
+    if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), lse2 + r0 + 4 * x, true);
+    else if (x < kRows / 2)
+      fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), delta + r0 + 4 * (x - kRows / 4), true);
+    if (x == 0) {
+      const bool masked = lesson11::needs_mask(q0, bd.w, kKeys, bd.y, bd.z, p.causal);
+      tile_of[buf] = make_int4(h, q0, masked, p.causal ? q0 + bd.z - bd.w : bd.y - bd.w);
+    }
+  };
+  {
+    const int4 n = fresh(iters);
+    if (n.x > 0) load_queries(n.w, n.z * kRows, 0);
+  }
+  fa::cp_async_commit();
+
+  float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
+  // kGate: the column sums of dS of the block's keys, for the current query head. Each key's sum
+  // is kept by one lane (t == 0 of the quad holding the key's row of S^T), so no two threads ever
+  // touch the same one; shared memory rather than registers, which dK and dV fill.
+  __shared__ float colsum[kGate ? kKeys : 1];
+  // kGate with atomic dQ: the row sums of dS of the current query tile over the block's keys, two
+  // buffers (iteration it adds to buffer it % 2 while the previous one is flushed, with atomics,
+  // to the row terms of dG: other key tiles add to the same rows). In the deterministic mode the
+  // dQ pass sums the rows instead (it owns them).
+  constexpr bool kRowSums = kGate && kAtomicDq;
+  __shared__ float rowsum[2][kRowSums ? kRows : 1];
+  if constexpr (kGate) {
+    for (int k = threadIdx.x; k < kKeys; k += kThreads) colsum[k] = 0.f;  // before the loop's first barrier
+  }
+  if constexpr (kRowSums) {
+    for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) rowsum[r / kRows][r % kRows] = 0.f;
+  }
+  // Adds buffer `buf` (query head h's rows from q0) to the row terms of dG and clears it: after a
+  // barrier.
+  auto flush_rows = [&](int h, int q0, int len_q, int offset, int buf) {
+    const int x = threadIdx.x;
+    if (x < kRows) {
+      const int row = q0 + x, pos = row + offset;
+      if (row < len_q && pos >= 0) atomicAdd(dG_rows + gate_at(h) + pos, rowsum[buf][x]);
+      rowsum[buf][x] = 0.f;
+    }
+  };
+  const float sl2 = p.scale * fa::kLog2e;
+  const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+
+  for (int it = 0;; ++it) {
+    const int4 n = fresh(iters);
+    if (it >= n.x) break;
+    const int buf = it & 1;
+    fa::cp_async_wait<0>();
+    __syncthreads();
+    float kg[kKT][2] = {};  // the gate: this thread's keys' differences from the query tile's anchor
+    {  // The iteration's setup, while no fragment is live: its query tile and the bounds in registers.
+      const int4 bd = fresh(bounds);
+      const int2 tile = head_row(buf);
+      const int len_q = bd.x, len_k = bd.y, offset = bd.z, k0 = bd.w, h = tile.x, q0 = tile.y;
+      if (it + 1 < n.x) {
+        // The next iteration's: the head's next query tile, or the first of the next head.
+        const bool next_head = q0 + kRows >= len_q;
+        load_queries(next_head ? h + 1 : h, next_head ? n.z * kRows : q0 + kRows, buf ^ 1);
+      }
+      fa::cp_async_commit();
+      if constexpr (kRowSums) {
+        // The previous iteration's tile (its slot was just rewritten): query tile first + (it - 1)
+        // % per_head of head hk * group + (it - 1) / per_head.
+        if (it > 0) flush_rows(n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, len_q, offset, buf ^ 1);
+      }
+      if constexpr (kGate) {
+        const double* gh = G + gate_at(h);
+        // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
+        //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
+      }
+    }
+    const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
+    const float* lse_s = sL + buf * kRows;
+    const float* delta_s = sDelta + buf * kRows;
+
+#pragma unroll 1
+    for (int sub = 0; sub < kRows / kSub; ++sub) {
+    const int r0 = sub * kSub;
+    float sacc[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[kKT][4], va[kKT][4];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        fa::ldmatrix_x4(ka[kt], k_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
+        fa::ldmatrix_x4(va[kt], v_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
+      }
+#pragma unroll
+      for (int nj = 0; nj < kSub / 16; ++nj) {
+        uint32_t qb[4], ob[4];
+        fa::ldmatrix_x4(qb, q_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+        fa::ldmatrix_x4(ob, do_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt) {
+          fa::mma_m16n8k16<T>(sacc[kt][2 * nj], ka[kt], qb[0], qb[1]);
+          fa::mma_m16n8k16<T>(sacc[kt][2 * nj + 1], ka[kt], qb[2], qb[3]);
+          fa::mma_m16n8k16<T>(dp[kt][2 * nj], va[kt], ob[0], ob[1]);
+          fa::mma_m16n8k16<T>(dp[kt][2 * nj + 1], va[kt], ob[2], ob[3]);
+        }
+      }
+    }
+
+    // P^T and dS^T in place (lesson 11), the key's gate difference beside the row's LSE2. The mask
+    // (tile_of), keys counted from the warp's first and rows from the step's first: causal,
+    // key > row + lim; otherwise key >= lim. Causal, keys past len_k are past row + offset for every
+    // row of the sequence, and rows past len_q have P = 0 anyway (LSE2 = +inf): no test of their own.
+    const int4 tile = fresh(tile_of[buf]);
+    const bool masked = tile.z;
+    const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
+      const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float lg = e % 2 ? l2.y : l2.x;
+        if constexpr (kGate) lg += kg[kt][e / 2];
+        float pv = fa::ex2(fmaf(sacc[kt][nt][e], sl2, -lg));
+        if (masked) {
+          const lesson11::KeyRow at = lesson11::st_element(lane, nt, e);
+          const int key = 16 * kt + at.key;
+          if (p.causal ? key > at.row + lim : key >= lim) pv = 0.f;
+        }
+        sacc[kt][nt][e] = pv;
+        dp[kt][nt][e] = pv * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
+      }
+    }
+    if constexpr (kGate) {
+      // TODO(19): add this step's dS to the column sums: each thread's values of keys g and g + 8
+      //   (for each kt), summed over its columns, then over the quad (fa::group_sum<4>); lane
+      //   t == 0 adds them to colsum[16 (kKT warp + kt) + g (+ 8)].
+    }
+    if constexpr (kRowSums) {
+      // TODO(20): the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +
+      //   e % 2) summed over its keys, then over the 8 lanes sharing the column (xor 4, 8, 16);
+      //   lanes 0-3 add them to rowsum[buf][column] (atomicAdd: every warp holds the same rows).
+    }
+
+#pragma unroll
+    for (int kc = 0; kc < kSub / 16; ++kc) {
+      uint32_t pa[kKT][4], da[kKT][4];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        pa[kt][0] = fa::pack2<T>(sacc[kt][2 * kc][0], sacc[kt][2 * kc][1]);
+        pa[kt][1] = fa::pack2<T>(sacc[kt][2 * kc][2], sacc[kt][2 * kc][3]);
+        pa[kt][2] = fa::pack2<T>(sacc[kt][2 * kc + 1][0], sacc[kt][2 * kc + 1][1]);
+        pa[kt][3] = fa::pack2<T>(sacc[kt][2 * kc + 1][2], sacc[kt][2 * kc + 1][3]);
+        da[kt][0] = fa::pack2<T>(dp[kt][2 * kc][0], dp[kt][2 * kc][1]);
+        da[kt][1] = fa::pack2<T>(dp[kt][2 * kc][2], dp[kt][2 * kc][3]);
+        da[kt][2] = fa::pack2<T>(dp[kt][2 * kc + 1][0], dp[kt][2 * kc + 1][1]);
+        da[kt][3] = fa::pack2<T>(dp[kt][2 * kc + 1][2], dp[kt][2 * kc + 1][3]);
+        if constexpr (kAtomicDq) {
+          const int key = 16 * (kKT * warp + kt) + g, row = r0 + 16 * kc + 2 * t;
+          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row, kRows)) = da[kt][0];
+          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row, kRows)) = da[kt][1];
+          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row + 8, kRows)) = da[kt][2];
+          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row + 8, kRows)) = da[kt][3];
+        }
+      }
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t ob[4], qb[4];
+        fa::ldmatrix_x4_trans(ob, do_addr + ((t_off ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
+        fa::ldmatrix_x4_trans(qb, q_addr + ((t_off ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt) {
+          fa::mma_m16n8k16<T>(dv[kt][2 * dn], pa[kt], ob[0], ob[1]);
+          fa::mma_m16n8k16<T>(dv[kt][2 * dn + 1], pa[kt], ob[2], ob[3]);
+          fa::mma_m16n8k16<T>(dk[kt][2 * dn], da[kt], qb[0], qb[1]);
+          fa::mma_m16n8k16<T>(dk[kt][2 * dn + 1], da[kt], qb[2], qb[3]);
+        }
+      }
+    }
+    }  // sub
+
+    // The iteration's query head and first row again, where S^T's fragments are dead.
+    const int2 tile = head_row(buf);
+    const int h = tile.x, q0 = tile.y;
+    if constexpr (kGate) {
+      const int4 bd = fresh(bounds);
+      const int len_q = bd.x, len_k = bd.y, k0 = bd.w;
+      // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
+      //   keys below len_k and set colsum back to 0 for the next head.
+    }
+
+    if constexpr (kAtomicDq) {
+      constexpr int kNW = kWarps / 2, kDW = D / kNW, kMQ = kRows / 32;
+      const int mw = warp % 2, nw = warp / 2;
+      __syncthreads();
+      float acc[kMQ][kDW / 8][4] = {};
+      const lesson11::RowCol at = lesson11::ldmatrix_a_trans(lane);
+      const uint32_t ds_addr = fa::smem_addr(sdS), ds_off = 2 * tile_offset(at.row, at.col, kRows);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        uint32_t a[kMQ][4];
+#pragma unroll
+        for (int mt = 0; mt < kMQ; ++mt)
+          fa::ldmatrix_x4_trans(a[mt], ds_addr + ((ds_off ^ (32 * (mw * kMQ + mt))) + kk * 16 * kRows * 2));
+#pragma unroll
+        for (int dn = 0; dn < kDW / 16; ++dn) {
+          uint32_t kb[4];
+          fa::ldmatrix_x4_trans(kb, k_addr + ((t_off ^ (32 * (dn + nw * kDW / 16))) + kk * 32 * D));
+#pragma unroll
+          for (int mt = 0; mt < kMQ; ++mt) {
+            fa::mma_m16n8k16<T>(acc[mt][2 * dn], a[mt], kb[0], kb[1]);
+            fa::mma_m16n8k16<T>(acc[mt][2 * dn + 1], a[mt], kb[2], kb[3]);
+          }
+        }
+      }
+      // The fp32 sums of dQ: (heads_q, total_q, D) varlen, (batch, heads_q, seqlen_q, D) dense.
+      float* dq_head = dq_accum + accum_at(h) * D;
+      const int len_q = fresh(bounds.x);
+#pragma unroll
+      for (int mt = 0; mt < kMQ; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int row = q0 + 16 * (mw * kMQ + mt) + g + 8 * hh;
+          if (row >= len_q) continue;
+#pragma unroll
+          for (int nt = 0; nt < kDW / 8; ++nt) {
+            float* dst = dq_head + int64_t(row) * D + nw * kDW + nt * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[mt][nt][2 * hh], acc[mt][nt][2 * hh + 1]));
+#else
+            atomicAdd(dst, acc[mt][nt][2 * hh]);
+            atomicAdd(dst + 1, acc[mt][nt][2 * hh + 1]);
+#endif
+          }
+        }
+    }
+  }
+  if constexpr (kRowSums) {
+    const int n_iter = fresh(iters.x), last = (n_iter - 1) & 1;
+    if (n_iter > 0) {
+      __syncthreads();
+      const int4 bd = fresh(bounds);
+      const int2 tile = head_row(last);
+      flush_rows(tile.x, tile.y, bd.x, bd.z, last);
+    }
+  }
+  fa::cp_async_wait<0>();
+
+  const int4 bd = fresh(bounds);
+  const int hk = fresh(kb.hk);
+  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, hk);
+  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, hk);
+#pragma unroll
+  for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int key = bd.w + 16 * (kKT * warp + kt) + g + 8 * hh;
+    if (key >= bd.y) continue;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      *reinterpret_cast<uint32_t*>(dkb + key * p.dk_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(dk[kt][dt][2 * hh] * p.scale, dk[kt][dt][2 * hh + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dvb + key * p.dv_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
+    }
+  }
+}
+
+// dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread. The sums'
+// rows are (head, token) varlen, (batch, head, row) dense.
+template <class T, int D>
+__global__ void convert_kernel(const fa::AttnParams p, const float* dq_accum) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t per_head = is_varlen(p) ? p.total_q : p.seqlen_q;
+  const int64_t rows = (is_varlen(p) ? 1 : int64_t(p.batch)) * p.heads_q * per_head;
+  if (idx >= rows * (D / 8)) return;
+  const int64_t row = idx / (D / 8);
+  const int c = static_cast<int>(idx % (D / 8));
+  const int64_t bh = row / per_head, i = row % per_head;
+  const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+  const float4 x0 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c);
+  const float4 x1 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c + 4);
+  const float sc = p.scale;
+  uint4 out;
+  out.x = fa::pack2<T>(x0.x * sc, x0.y * sc);
+  out.y = fa::pack2<T>(x0.z * sc, x0.w * sc);
+  out.z = fa::pack2<T>(x1.x * sc, x1.y * sc);
+  out.w = fa::pack2<T>(x1.z * sc, x1.w * sc);
+  // varlen: b = 0 and i is the token; dense: i is the row of sequence b.
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row +
+                            8 * c) = out;
+}
+
+// The deterministic dQ pass (lesson 11), one block per (query tile of kStatRows rows, head), with
+// the keys' gate differences beside the rows' LSE2.
+template <class T, int D, int kKeys, int kWarps, bool kGate>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    dq_kernel(const fa::AttnParams p, const int2* qmap, const int* qcount, const int* qtile_start, const double* G,
+              const float* lse2, const float* delta, int64_t stat_stride, float* dG_rows) {
+  constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
+  static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
+  T* sQ = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
+  T* sdO = sQ + kRows * D;
+  T* sK = sdO + kRows * D;
+  T* sV = sK + 2 * kKeys * D;
+  // The block's sequence, bounds and K/V offsets in shared memory (the forward's reason: registers
+  // are at the limit), read as in the forward: once a key tile, as 16-byte loads.
+  __shared__ Block blk;
+  __shared__ int ts;
+  __shared__ int4 loop;  // what the key loop reads: n_tiles, n_full, len_k, q0 + offset
+  __shared__ alignas(16) int64_t kv_at[2];
+  __shared__ int64_t gh_at;  // gate_index of (sequence, head h)
+  __shared__ double anchor_s;  // the gate's anchor
+  const int h = head(p.heads_q);
+  if (threadIdx.x == 0) {
+    blk = block_of(p, qmap, qcount, entry(p.heads_q), kRows, kKeys);
+    if (blk.tile >= 0) {
+      const int hk = h / (p.heads_q / p.heads_kv);
+      ts = blk.s.varlen ? qtile_start[blk.s.b] : 0;
+      kv_at[0] = k_offset(p.k_stride, blk.s, hk);
+      kv_at[1] = k_offset(p.v_stride, blk.s, hk);
+      loop = make_int4(blk.n_tiles, blk.n_full, blk.s.len_k, blk.tile * kRows + blk.offset);
+      gh_at = gate_index(p, blk.s, h);
+      if (kGate)
+        anchor_s = blk.s.len_k > 0 ? G[gh_at + lesson12::gate_anchor(blk.tile * kRows, blk.s.len_q, blk.s.len_k)] : 0.0;
+    }
+  }
+  __syncthreads();
+  if (blk.tile < 0) return;
+  const Seq& s = blk.s;
+  auto q0 = [&] { return fresh(blk.tile) * kRows; };
+  auto offset = [&] { return fresh(blk.offset); };
+  auto len_k = [&] { return fresh(blk.s.len_k); };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + q_offset(p.q_stride, s, h), p.q_stride.row, q0(), s.len_q);
+  load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h), p.do_stride.row, q0(),
+                                s.len_q);
+  if (fresh(blk.n_tiles) > 0) {
+    const longlong2 kv = fresh_pair(kv_at);
+    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, 0, len_k());
+    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, 0, len_k());
+  }
+  fa::cp_async_commit();
+
+  const int64_t r0 = lesson12::stat_row(s.varlen, s.b, h, q0() + 16 * warp + g, p.heads_q, stat_stride, ts);
+  const float l2[2] = {lse2[r0], lse2[r0 + 8]}, dd[2] = {delta[r0], delta[r0 + 8]};
+  const float sl2 = p.scale * fa::kLog2e;
+  float acc[kDT][4] = {};
+  float rows[2] = {0.f, 0.f};  // kGate: this thread's part of its two rows' sums of dS
+  const uint32_t q_addr = fa::smem_addr(sQ), do_addr = fa::smem_addr(sdO), k_addr = fa::smem_addr(sK),
+                 v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+
+  for (int j = 0;; ++j) {
+    const int4 top = fresh(loop);
+    if (j >= top.x) break;
+    fa::cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < top.x) {
+      const int slot = (j + 1) % 2;
+      const longlong2 kv = fresh_pair(kv_at);
+      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, (j + 1) * kKeys, top.z);
+      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, (j + 1) * kKeys, top.z);
+    }
+    fa::cp_async_commit();
+    const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
+
+    float sacc[kNT][4] = {}, dp[kNT][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[4], oa[4];
+      fa::ldmatrix_x4(qa, q_addr + (a_off ^ (32 * kk)));
+      fa::ldmatrix_x4(oa, do_addr + (a_off ^ (32 * kk)));
+#pragma unroll
+      for (int nj = 0; nj < kKeys / 16; ++nj) {
+        uint32_t kb[4], vb[4];
+        fa::ldmatrix_x4(kb, kj + ((b_off ^ (32 * kk)) + nj * 32 * D));
+        fa::mma_m16n8k16<T>(sacc[2 * nj], qa, kb[0], kb[1]);
+        fa::mma_m16n8k16<T>(sacc[2 * nj + 1], qa, kb[2], kb[3]);
+        fa::ldmatrix_x4(vb, vj + ((b_off ^ (32 * kk)) + nj * 32 * D));
+        fa::mma_m16n8k16<T>(dp[2 * nj], oa, vb[0], vb[1]);
+        fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
+      }
+    }
+    // The tile's bounds (and the gate's G and anchor), read once after S, where Q's and K's
+    // fragments are dead. Rows are counted from q0: key col is masked at or past len_k, or
+    // (causal) past row + q0 + offset.
+    const int4 lim = fresh(loop);
+    const bool masked = j >= lim.y;
+    const double* gh = kGate ? G + fresh(gh_at) : nullptr;
+    const double anchor = kGate ? fresh(anchor_s) : 0.0;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int c = j * kKeys + nt * 8 + 2 * t;
+      float kg[2] = {0.f, 0.f};
+      if constexpr (kGate) {
+        if (c < lim.z) kg[0] = gate_diff(gh, c, anchor);
+        if (c + 1 < lim.z) kg[1] = gate_diff(gh, c + 1, anchor);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float lg = l2[e / 2];
+        if constexpr (kGate) lg += kg[e % 2];
+        float pv = fa::ex2(fmaf(sacc[nt][e], sl2, -lg));
+        if (masked) {
+          const int row = 16 * warp + g + 8 * (e / 2), col = c + e % 2;
+          if (col >= lim.z || (p.causal && col > row + lim.w)) pv = 0.f;
+        }
+        dp[nt][e] = pv * (dp[nt][e] - dd[e / 2]);
+        if constexpr (kGate) rows[e / 2] += dp[nt][e];
+      }
+    }
+#pragma unroll
+    for (int kc = 0; kc < kKeys / 16; ++kc) {
+      const uint32_t da[4] = {fa::pack2<T>(dp[2 * kc][0], dp[2 * kc][1]), fa::pack2<T>(dp[2 * kc][2], dp[2 * kc][3]),
+                              fa::pack2<T>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                              fa::pack2<T>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t kb[4];
+        fa::ldmatrix_x4_trans(kb, kj + ((t_off ^ (32 * dn)) + kc * 32 * D));
+        fa::mma_m16n8k16<T>(acc[2 * dn], da, kb[0], kb[1]);
+        fa::mma_m16n8k16<T>(acc[2 * dn + 1], da, kb[2], kb[3]);
+      }
+    }
+  }
+  fa::cp_async_wait<0>();
+
+  if constexpr (kGate) {
+    // The row terms of dG: this block owns its rows, so a plain store (no atomics, the same
+    // bits every run).
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = fa::group_sum<4>(rows[hh]);
+      const int row = q0() + 16 * warp + g + 8 * hh, pos = row + offset();
+      if (t == 0 && row < s.len_q && pos >= 0) dG_rows[gate_index(p, s, h) + pos] = sum;
+    }
+  }
+  T* dqb = static_cast<T*>(p.dq) + q_offset(p.dq_stride, s, h);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = q0() + 16 * warp + g + 8 * hh;
+    if (row >= s.len_q) continue;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      *reinterpret_cast<uint32_t*>(dqb + row * p.dq_stride.row + dt * 8 + 2 * t) =
+          fa::pack2<T>(acc[dt][2 * hh] * p.scale, acc[dt][2 * hh + 1] * p.scale);
+  }
+}
+
+}  // namespace
