@@ -44,12 +44,21 @@ case "${1:-}" in
     gpu=${2//|/\\|} text=${3//|/\\|}  # a pipe in a Markdown table's cell is written \|
     row="| $(date -u +%Y-%m-%d) | $(git rev-parse --short HEAD 2>/dev/null || echo none) | $gpu | $text | \`$h\` |"
     echo "$row" >> "$ledger"
-    line="Last verified GPU run: $(date -u +%Y-%m-%d), $2: $3 (sources \`$h\`, see [maintainers/gpu-ledger.md](maintainers/gpu-ledger.md))."
-    python3 - "$line" <<'PY'
+    python3 - "$ledger" <<'PY'
 import re, sys
+# The README names the last row that ran on a GPU, and how many rows since had no GPU run.
+rows = [re.split(r"(?<!\\)\|", l.rstrip("\n"))[1:-1] for l in open(sys.argv[1]) if l.startswith("| 20")]
+rows = [[c.strip().replace("\\|", "|") for c in r] for r in rows]
+ran = [i for i, r in enumerate(rows) if not r[2].startswith("none")]
+date, _, gpu, text, h = rows[ran[-1]] if ran else rows[-1]
+line = f"Last verified GPU run: {date}, {gpu}: {text} (sources {h}, see [maintainers/gpu-ledger.md](maintainers/gpu-ledger.md))."
+since = len(rows) - 1 - ran[-1] if ran else 0
+if since:
+    line += (f" Since then, {since} change(s) recorded without a GPU run, each with its evidence in the ledger"
+             " (the same SASS, or no GPU code changed).")
 p = "README.md"
 s = open(p).read()
-s = re.sub(r"(<!-- gpu-ledger -->\n).*?(\n<!-- /gpu-ledger -->)", lambda m: m.group(1) + sys.argv[1] + m.group(2), s, flags=re.S)
+s = re.sub(r"(<!-- gpu-ledger -->\n).*?(\n<!-- /gpu-ledger -->)", lambda m: m.group(1) + line + m.group(2), s, flags=re.S)
 open(p, "w").write(s)
 PY
     echo "recorded: $row"
