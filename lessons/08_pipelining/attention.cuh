@@ -1,5 +1,5 @@
 // Your copy of this lesson, generated from solutions/08_pipelining/attention.cuh by fa-skeleton.
-// Lesson 08's attention kernel: the cp.async copy of a tile (load_tile), the ring of K/V tiles, the
+// Lesson 08's attention kernel: the ring of K/V tiles (copied by load_tile.cuh's load_tile), the
 // compute loop on swizzled tiles and the epilogue. In a header, beside kernel.cu's launch, so that
 // lesson 09 runs this kernel (with its own copies of Q and K, through the Loads parameter) instead
 // of a copy of it.
@@ -10,6 +10,7 @@
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
+#include "load_tile.cuh"
 #include "tiles.hpp"
 
 namespace lesson08 {
@@ -18,26 +19,11 @@ namespace lesson08 {
 // with "lesson 08 not implemented yet: <it>" (and lesson 09's, which runs this kernel, too).
 // Delete an entry when you have written its code.
 inline const fa::TodoList kAttentionTodosLeft = {
-    "TODO(2) in attention.cuh: the copy: thread x copies chunk c = x % kChunks of rows r = x / kChunks + i kStepRows",
     "TODO(3) in attention.cuh: the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles",
     "TODO(4) in attention.cuh: the ring: wait for tile j here, the barrier and tile j + kStages - 1's copy below.",
 };
 
 constexpr float kLn2 = 0.6931471805599453f;
-
-// Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
-// tile: 16 bytes per thread per step. Rows at or past `nrows` are zero-filled (a P of 0 times a
-// garbage V could still be NaN).
-template <int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  constexpr int kChunks = D / 8;                // 16-byte chunks per row
-  constexpr int kStepRows = kThreads / kChunks;  // rows the block copies per step (a multiple of 8)
-  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
-  // TODO(2): the copy: thread x copies chunk c = x % kChunks of rows r = x / kChunks + i kStepRows
-  //   (i = 0 .. kTileRows / kStepRows - 1): source base + (row0 + r) * row_stride + 8 c (any
-  //   valid address when row0 + r >= nrows), target tile + tile_offset(r, 8 c, D), with
-  //   fa::cp_async_16(fa::smem_addr(target), source, row0 + r < nrows).
-}
 
 // What the kernel does with Q and K: lesson 08 copies them as it copies V, and nothing more.
 // Lesson 09 runs the same kernel with its own Loads, which copy Q and K by RoPE pairs and rotate

@@ -9,8 +9,9 @@
 //      from shared memory feeds two mma instead of one; Q stays in shared memory (registers are
 //      needed for the two accumulators) and is re-read with ldmatrix;
 //   4. the tile shape per head dim was chosen by measurement (README, "Choosing the tiles").
-// The kernel is in attention.cuh (TODOs 2-4; lesson 09 runs it too); this file launches it, one
-// instantiation per configuration of tiles.hpp.
+// The kernel is in attention.cuh (TODOs 3-4; lesson 09 runs it too), its tile copy in load_tile.cuh
+// (TODO 2; lessons 11 and 12 copy with it too); this file launches it, one instantiation per
+// configuration of tiles.hpp.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson08
 //   lessons/08_pipelining/profile.sh
@@ -51,6 +52,7 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
 // config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
+  fa::throw_if_todos_left("08_pipelining", lesson08::kLoadTileTodosLeft);
   fa::throw_if_todos_left("08_pipelining", lesson08::kAttentionTodosLeft);
   if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "../08_pipelining/load_tile.cuh"
 #include "../08_pipelining/tiles.hpp"
 #include "../11_fast_backward/tiles.hpp"
 #include "fa/device.cuh"
@@ -178,23 +179,8 @@ __device__ __forceinline__ void check_tile_alignment(const void* tiles) {
   if (threadIdx.x == 0 && (fa::smem_addr(tiles) & 127u) != 0) __trap();
 }
 
-// Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
-// tile, 16 bytes per thread per step (lesson 08). Rows at or past `nrows` are zero-filled.
-template <int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  constexpr int kChunks = D / 8;
-  constexpr int kStepRows = kThreads / kChunks;
-  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
-  const int c = threadIdx.x % kChunks, r = threadIdx.x / kChunks;
-  const uint32_t dst = fa::smem_addr(tile + tile_offset(r, 8 * c, D));
-  const T* src = base + (row0 + r) * row_stride + 8 * c;
-#pragma unroll
-  for (int i = 0; i < kTileRows / kStepRows; ++i) {
-    const bool valid = row0 + r + i * kStepRows < nrows;
-    fa::cp_async_16(dst + i * kStepRows * D * 2, valid ? src : base, valid);
-    src += kStepRows * row_stride;
-  }
-}
+// Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
+using lesson08::load_tile;
 
 // Which (sequence, tile) entry `e` of a grid is: varlen, entry e of the map (false past its end);
 // dense, sequence e / n_tiles, its tiles heaviest first (causal: the last query tiles, or the

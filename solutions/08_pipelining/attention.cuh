@@ -1,4 +1,4 @@
-// Lesson 08's attention kernel: the cp.async copy of a tile (load_tile), the ring of K/V tiles, the
+// Lesson 08's attention kernel: the ring of K/V tiles (copied by load_tile.cuh's load_tile), the
 // compute loop on swizzled tiles and the epilogue. In a header, beside kernel.cu's launch, so that
 // lesson 09 runs this kernel (with its own copies of Q and K, through the Loads parameter) instead
 // of a copy of it.
@@ -9,6 +9,7 @@
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
+#include "load_tile.cuh"
 #include "tiles.hpp"
 
 namespace lesson08 {
@@ -21,32 +22,6 @@ inline const fa::TodoList kAttentionTodosLeft = {
 };
 
 constexpr float kLn2 = 0.6931471805599453f;
-
-// Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
-// tile: 16 bytes per thread per step. Rows at or past `nrows` are zero-filled (a P of 0 times a
-// garbage V could still be NaN).
-template <int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  constexpr int kChunks = D / 8;                // 16-byte chunks per row
-  constexpr int kStepRows = kThreads / kChunks;  // rows the block copies per step (a multiple of 8)
-  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
-  // TODO(2): the copy: thread x copies chunk c = x % kChunks of rows r = x / kChunks + i kStepRows
-  //   (i = 0 .. kTileRows / kStepRows - 1): source base + (row0 + r) * row_stride + 8 c (any
-  //   valid address when row0 + r >= nrows), target tile + tile_offset(r, 8 c, D), with
-  //   fa::cp_async_16(fa::smem_addr(target), source, row0 + r < nrows).
-  // BEGIN SOLUTION
-  const int c = threadIdx.x % kChunks, r = threadIdx.x / kChunks;
-  // Moving down kStepRows rows keeps row % 8, so the swizzled target just moves by kStepRows * D.
-  const uint32_t dst = fa::smem_addr(tile + tile_offset(r, 8 * c, D));
-  const T* src = base + (row0 + r) * row_stride + 8 * c;
-#pragma unroll
-  for (int i = 0; i < kTileRows / kStepRows; ++i) {
-    const bool valid = row0 + r + i * kStepRows < nrows;
-    fa::cp_async_16(dst + i * kStepRows * D * 2, valid ? src : base, valid);
-    src += kStepRows * row_stride;
-  }
-  // END SOLUTION
-}
 
 // What the kernel does with Q and K: lesson 08 copies them as it copies V, and nothing more.
 // Lesson 09 runs the same kernel with its own Loads, which copy Q and K by RoPE pairs and rotate

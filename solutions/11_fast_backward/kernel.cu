@@ -15,6 +15,8 @@
 //   lessons/11_fast_backward/profile.sh
 #include <string>
 
+#include "../08_pipelining/load_tile.cuh"
+#include "../08_pipelining/tiles.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
@@ -33,23 +35,8 @@ const fa::TodoList kTodosLeft = {
     // @todos-left
 };
 
-// Starts the copy of rows [row0, row0 + kTileRows) of a (rows x D) matrix into a swizzled shared
-// tile, 16 bytes per thread per step (lesson 08). Rows at or past `nrows` are zero-filled.
-template <int kThreads, int kTileRows, int D, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int row0, int nrows) {
-  constexpr int kChunks = D / 8;
-  constexpr int kStepRows = kThreads / kChunks;
-  static_assert(kStepRows % 8 == 0 && kTileRows % kStepRows == 0, "whole steps of whole swizzle groups");
-  const int c = threadIdx.x % kChunks, r = threadIdx.x / kChunks;
-  const uint32_t dst = fa::smem_addr(tile + tile_offset(r, 8 * c, D));
-  const T* src = base + (row0 + r) * row_stride + 8 * c;
-#pragma unroll
-  for (int i = 0; i < kTileRows / kStepRows; ++i) {
-    const bool valid = row0 + r + i * kStepRows < nrows;
-    fa::cp_async_16(dst + i * kStepRows * D * 2, valid ? src : base, valid);
-    src += kStepRows * row_stride;
-  }
-}
+// Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
+using lesson08::load_tile;
 
 // D_i = dO_i . O_i and LSE_i log2(e), written to rows of `padded` entries per (batch, head): the
 // pad rows get LSE = +inf (so P = 0 there) and D = 0, and the dK/dV kernel loads whole tiles of
@@ -546,6 +533,8 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
 // Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
 // config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
+  fa::throw_if_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp)", lesson08::kTilesTodosLeft);
+  fa::throw_if_todos_left("11_fast_backward (it copies tiles with lesson 08's load_tile.cuh)", lesson08::kLoadTileTodosLeft);
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
   fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
