@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,20 @@ inline void check_every_variant(const std::vector<Case>& cases, Direction dir = 
       c.variant = l.variants.empty() ? "" : l.variants[v].name;
       FA_CHECK_OUTCOME(dir == Direction::kForward ? check_forward(l, c) : check_backward(l, c));
     }
+}
+
+// The lesson under test declares exactly the variants `tested`, in this order (the first is its
+// default): a lesson's tests that run its variants by name call it, so a new variant must be
+// added to them. A failure names both lists.
+inline void check_declared_variants(const std::vector<std::string>& tested) {
+  std::vector<std::string> declared;
+  for (const Variant& v : lesson_under_test().variants) declared.push_back(v.name);
+  auto join = [](const std::vector<std::string>& names) {
+    std::string all;
+    for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+    return all;
+  };
+  CHECK_MESSAGE(declared == tested, "the lesson declares {" << join(declared) << "}, these tests run {" << join(tested) << "}");
 }
 
 // The small cases a variant is run on: both dtypes, causal and not, at each head dim; tails on both

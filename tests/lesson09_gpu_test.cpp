@@ -4,7 +4,6 @@
 // forward suite runs the same kernel without RoPE.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <string>
@@ -23,7 +22,7 @@ using fa::test::Case;
 
 // The lesson's variants (its LessonInfo): the fused path on two tile shapes, and rotate-outside.
 const char* const kFused[] = {"fused", "small-tiles"};
-const char* const kPaths[] = {"fused", "small-tiles", "outside"};
+const char* const kPaths[] = {"fused", "outside", "small-tiles"};  // the declared order
 
 Case rope_case(int sq, int sk, int d, DType t, bool causal) {
   Case c = fa::test::dense_case(sq, sk, d, t, causal);
@@ -58,17 +57,7 @@ void run_shapes(const char* variant) {
 
 TEST_CASE("lesson09: fused RoPE matches the reference") {
   // These tests run every variant the lesson declares: a new one must be added to kPaths.
-  std::vector<std::string> declared, tested(std::begin(kPaths), std::end(kPaths));
-  for (const fa::Variant& v : fa::test::lesson_under_test().variants) declared.push_back(v.name);
-  std::sort(declared.begin(), declared.end());
-  std::sort(tested.begin(), tested.end());
-  auto join = [](const std::vector<std::string>& names) {
-    std::string all;
-    for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
-    return all;
-  };
-  CHECK_MESSAGE(declared == tested, "the lesson declares {" << join(declared) << "}, these tests run {"
-                                        << join(tested) << "}");
+  fa::test::check_declared_variants({std::begin(kPaths), std::end(kPaths)});
   for (const char* v : kFused) run_shapes(v);
 }
 TEST_CASE("lesson09: rotate-outside matches the reference") { run_shapes("outside"); }

@@ -59,9 +59,7 @@ TEST_CASE("lesson14: dQ by atomics (variant atomic) matches the reference too") 
   // shapes as above, once. The lesson's variants are these tests': the default, "atomic" here and
   // "stress" below (a new one must be tested too).
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  std::vector<std::string> declared;
-  for (const fa::Variant& v : lesson.variants) declared.push_back(v.name);
-  CHECK(declared == std::vector<std::string>{"writers", "atomic", "stress"});
+  fa::test::check_declared_variants({"writers", "atomic", "stress"});
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
       for (fa::test::Case c : {make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2),

@@ -51,8 +51,7 @@ void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::
 // Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
 // config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
-  fa::throw_if_todos_left("08_pipelining", lesson08::kTilesTodosLeft);
-  fa::throw_if_todos_left("08_pipelining", lesson08::kLoadTileTodosLeft);
+  lesson08::throw_if_copy_todos_left("08_pipelining");
   fa::throw_if_todos_left("08_pipelining", lesson08::kAttentionTodosLeft);
   if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +

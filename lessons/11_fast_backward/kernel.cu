@@ -391,8 +391,7 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
 // Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
 // config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
-  fa::throw_if_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp)", lesson08::kTilesTodosLeft);
-  fa::throw_if_todos_left("11_fast_backward (it copies tiles with lesson 08's load_tile.cuh)", lesson08::kLoadTileTodosLeft);
+  lesson08::throw_if_copy_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
   fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)

@@ -256,8 +256,7 @@ static_assert(kConfigs[2].head_dim == 64 && kConfigs[4].head_dim == 128, "the sm
 // (kOutside), on lesson 08's configuration for this GPU and head dim, or its smaller tiles
 // (kSmallTiles: 64 x 64 at head dim 64, 128 x 32 at 128).
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
-  fa::throw_if_todos_left("09_rope_fusion (its tiles come from lesson 08's tiles.hpp)", lesson08::kTilesTodosLeft);
-  fa::throw_if_todos_left("09_rope_fusion (it runs lesson 08's kernel, load_tile.cuh)", lesson08::kLoadTileTodosLeft);
+  lesson08::throw_if_copy_todos_left("09_rope_fusion (it runs lesson 08's kernel: tiles.hpp, load_tile.cuh)");
   fa::throw_if_todos_left("09_rope_fusion (it runs lesson 08's kernel, attention.cuh)", lesson08::kAttentionTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", lesson09::kRopeTodosLeft);
   fa::throw_if_todos_left("09_rope_fusion", kTodosLeft);

@@ -28,19 +28,18 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
   const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
   Tile tl;
   int rank;
-  if (w <= INT32_MAX) {
-    // 32-bit division where the number fits: a 64-bit one is a long subroutine, and every tile
-    // pays it, in the producer and in each consumer's step from one tile to the next.
-    const unsigned wu = unsigned(w), hb = wu / unsigned(n_qtiles);
-    rank = int(wu - hb * unsigned(n_qtiles));
-    tl.b = int(hb / unsigned(p.heads_q));
-    tl.h = int(hb - unsigned(tl.b) * unsigned(p.heads_q));
-  } else {
-    rank = int(w % n_qtiles);
-    const int64_t hb = w / n_qtiles;
-    tl.h = int(hb % p.heads_q);
-    tl.b = int(hb / p.heads_q);
-  }
+  // w = (b heads_q + h) n_qtiles + rank, divided in 32 bits where it fits: a 64-bit division is a
+  // long subroutine, and every tile pays it, in the producer and in each consumer's step from one
+  // tile to the next.
+  auto split = [&](auto x) {
+    using I = decltype(x);
+    const I hb = x / I(n_qtiles);
+    rank = int(x % I(n_qtiles));
+    tl.h = int(hb % I(p.heads_q));
+    tl.b = int(hb / I(p.heads_q));
+  };
+  if (w <= INT32_MAX) split(unsigned(w));
+  else split(w);
   tl.hk = tl.h / (p.heads_q / p.heads_kv);
   const int qtile = p.causal ? n_qtiles - 1 - rank : rank;
   const int q0 = qtile * kRows, offset = p.seqlen_k - p.seqlen_q;
