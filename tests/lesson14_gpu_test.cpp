@@ -56,10 +56,10 @@ TEST_CASE("lesson14: one query against many keys, many queries against one key, 
 TEST_CASE("lesson14: dQ by atomics (variant atomic) matches the reference too") {
   // The default adds dQ with the dQ writers' bulk reduce-adds and the deterministic mode with the
   // ordered ones; part 1's atomics from the consumers are the third path (README, "dQ"): the same
-  // shapes as above, once. The lesson's variants are these tests': the default, "atomic" here and
-  // "stress" below (a new one must be tested too).
+  // shapes as above, once. The lesson's variants are these tests': the default, "atomic" here,
+  // "stress" and the sweep's below (a new one must be tested too).
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  fa::test::check_declared_variants({"writers", "atomic", "stress"});
+  fa::test::check_declared_variants({"writers", "atomic", "stress", "stages3", "stages4", "one-dq-buffer", "kv-in-smem", "dq-by-columns"});
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
       for (fa::test::Case c : {make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2),
@@ -110,6 +110,31 @@ TEST_CASE("lesson14: dQ staging under a lagging writer (variant stress), default
       c.variant = "stress";
       FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c, det));
     }
+}
+
+TEST_CASE("lesson14: the sweep's builds (variants stages3, stages4, one-dq-buffer, kv-in-smem, dq-by-columns)") {
+  // Each changes one knob of the default build (plan.hpp, Config): the ring's depth, the dQ
+  // staging buffers, where S^T and dP^T read K and V, how the warpgroups split dQ. Each at its head
+  // dims, default and deterministic dQ, causal and not: many key blocks a query tile with GQA (24
+  // tiles a block, so each ring stage and staging buffer is reused many times), and the tails of
+  // both lengths with rows that see no key.
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  int n = 0;
+  for (const char* name : {"stages3", "stages4", "one-dq-buffer", "kv-in-smem", "dq-by-columns"}) {
+    const int v = fa::variant_index(lesson, name);
+    for (int d : {64, 128}) {
+      if (!fa::variant_applies(lesson, v, fa::Variant::Pass::kBackward, d)) continue;
+      for (bool causal : {false, true})
+        for (bool det : {false, true}) {
+          const fa::DType t = n++ % 2 ? fa::DType::kBF16 : fa::DType::kF16;
+          for (fa::test::Case c : {make(333, 400, d, t, causal, 6, 2), make(70, 300, d, t, causal, 2, 1), make(300, 130, d, t, causal, 2, 1)}) {
+            c.variant = name;
+            INFO(name, ", ", det ? "deterministic" : "bulk", " dQ");
+            FA_CHECK_OUTCOME(fa::test::check_backward(lesson, c, det));
+          }
+        }
+    }
+  }
 }
 
 namespace {

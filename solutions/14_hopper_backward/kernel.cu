@@ -24,6 +24,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "13_hopper/wgmma.hpp"  // lesson 13's layouts: the swizzle, the descriptors, the accumulator
 #include "fa/cuda_check.hpp"
@@ -106,14 +107,19 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
 //
 // kTrace (trace.hpp): five threads a block record the SM's clock at every change of phase (mark
 // below); the other instantiations compile the marks away.
-template <class T, int D, int kMode, bool kTrace>
+//
+// C (plan.hpp, Config): the build's ring stages, dQ staging buffers, and at head dim 64 where K and V
+// are read from and how dQ is split.
+template <class T, class C, int kMode, bool kTrace>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo,
                     const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tv, const float* lse2,
                     const float* delta, float* dq_accum, int* sem, int padded, int chunk, int stress, const fa::TraceSink trace) {
-  using S = lesson14::Smem<D>;
-  using Split = lesson14::DqSplit<D, kMode == kOrdered>;
+  constexpr int D = C::head_dim;
+  using S = lesson14::Smem<C>;
+  using Split = lesson14::SplitOf<C, kMode == kOrdered>;
   constexpr bool kByKeys = Split::by_keys;  // dQ split between the warpgroups by keys (d 64, not ordered)
+  constexpr int kDqBufs = S::dq_buffers;    // staging buffers per consumer warpgroup
   constexpr int kDqCols = Split::cols;
   constexpr int kDqBytes = kRows * kDqCols * 4;  // a warpgroup's fp32 share of a dQ tile
   extern __shared__ uint8_t smem_raw[];
@@ -124,9 +130,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float* lse_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::lse);
   const float* delta_s = reinterpret_cast<const float*>(smem_raw + (base - raw) + S::delta);
   // Barriers, 8 bytes each: K/V loaded, then each stage's full and empty, then the dQ staging's:
-  // dq_full + 8 (2 (c - 1) + buf) for consumer warpgroup c's buffer buf, and dq_empty the same.
+  // dq_full + 8 (kDqBufs (c - 1) + buf) for consumer warpgroup c's buffer buf, and dq_empty the same.
   const uint32_t kv_full = base + S::bars, full = kv_full + 8, empty = full + 8 * S::stages;
-  const uint32_t dq_full = empty + 8 * S::stages, dq_empty = dq_full + 8 * 4;
+  const uint32_t dq_full = empty + 8 * S::stages, dq_empty = dq_full + 8 * 2 * kDqBufs;
 
   const int64_t work = blockIdx.x;
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
@@ -168,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fa::mbar_init(full + 8 * s, 1);   // the producer's arrive, with the bytes it expects
       fa::mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once done with the stage
     }
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * kDqBufs; ++i) {
       fa::mbar_init(dq_full + 8 * i, 128);  // every consumer thread, after its stores and proxy fence
       fa::mbar_init(dq_empty + 8 * i, 1);   // the dQ writer, once its bulk reduce has read the buffer
     }
@@ -215,9 +221,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       mark(0, ph::kExit, 0);
     } else if (kMode != kAtomic && (warp == 1 || warp == 2)) {
       // ---- dQ writer of consumer warpgroup `warp`: per tile, wait until the share is staged
-      // (dq_full of its buffer, tile it in buffer it & 1), add it to the accumulator with one bulk
-      // reduce-add, and free the buffer (dq_empty) once the reduce has read it. The consumers only
-      // store and go on: with two buffers, they wait only if the reduce of two tiles ago is unread.
+      // (dq_full of its buffer, tile it in buffer it % kDqBufs), add it to the accumulator with one
+      // bulk reduce-add, and free the buffer (dq_empty) once the reduce has read it. The consumers
+      // only store and go on: with two buffers, they wait only if the reduce of two tiles ago is unread.
       const int role = 2 + warp;  // the trace's: 3 and 4
       if (tid % 32 == 0) mark(role, ph::kSetup, 0);
       for (int it = 0; it < n_iter; ++it) {
@@ -225,10 +231,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int qt = v.qt;
         const int64_t tile = v.tile;
         float* acc = dq_accum + Split::share_start(tile, warp);
-        const int buf = 2 * (warp - 1) + (it & 1);
+        const int buf = kDqBufs * (warp - 1) + it % kDqBufs;
         const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
         if (tid % 32 == 0) mark(role, ph::kWaitShare, tile);
-        fa::mbar_wait(dq_full + 8 * buf, (it / 2) & 1);
+        fa::mbar_wait(dq_full + 8 * buf, (it / kDqBufs) & 1);
         if (tid % 32 == 0) {
           int* my_sem = sem + tile * 2 + (warp - 1);
           if constexpr (kMode == kOrdered) {
@@ -300,11 +306,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         atomicAdd(reinterpret_cast<float4*>(acc) + c * 128 + tid, make_float4(dq[4 * c], dq[4 * c + 1], dq[4 * c + 2], dq[4 * c + 3]));
     } else {
       // Staged for this warpgroup's dQ writer, in the same order (16-byte stores, consecutive
-      // threads on consecutive addresses: no bank conflict), in buffer it & 1 once the writer's
-      // reduce has read the share of tile it - 2 from it (dq_empty); then dq_full hands it over.
-      const int buf = 2 * (wg - 1) + (it & 1);
+      // threads on consecutive addresses: no bank conflict), in buffer it % kDqBufs once the
+      // writer's reduce has read the share of tile it - kDqBufs from it (dq_empty); then dq_full
+      // hands it over.
+      const int buf = kDqBufs * (wg - 1) + it % kDqBufs;
       const uint32_t dq_s = base + S::dq + buf * S::dq_bytes;
-      if (it >= 2) fa::mbar_wait(dq_empty + 8 * buf, (it / 2 - 1) & 1);
+      if (it >= kDqBufs) fa::mbar_wait(dq_empty + 8 * buf, (it / kDqBufs - 1) & 1);
 #pragma unroll
       for (int c = 0; c < kDqCols / 8; ++c)
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_s + 16 * (c * 128 + tid)), "f"(dq[4 * c]), "f"(dq[4 * c + 1]),
@@ -318,8 +325,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Head dim 64: this warpgroup's 64 rows of K and V as wgmma's register A operand, read once per
   // block (lesson 13's a_element: register r of k16 step kk holds row, columns 16 kk + col and the
   // next), so that S^T and dP^T read only Q and dO from shared memory (README, section 3). At 128
-  // the 64 registers they take are not there.
-  constexpr bool kKvInRegs = D == 64;
+  // the 64 registers they take are not there (the build's C::kv_in_regs; the variant kv-in-smem
+  // reads them from shared memory at 64 too).
+  constexpr bool kKvInRegs = C::kv_in_regs;
   uint32_t ka[kKvInRegs ? D / 16 : 1][4], va[kKvInRegs ? D / 16 : 1][4];
   if constexpr (kKvInRegs) {
 #pragma unroll
@@ -556,9 +564,10 @@ __global__ void postprocess_kernel(const fa::AttnParams p, const float* dq_accum
 }
 
 // ---- Host ----------------------------------------------------------------------------------------
-template <class T, int D, int kMode, bool kTrace>
+template <class T, class C, int kMode, bool kTrace>
 void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::TraceSink& trace) {
-  constexpr int smem = lesson14::Smem<D>::total;
+  constexpr int D = C::head_dim;
+  constexpr int smem = lesson14::Smem<C>::total;
   static_assert(smem <= lesson14::kMaxSmem, "over Hopper's 227 KB of shared memory per block");
   const int padded = padded_rows(p.seqlen_q);
   const int64_t bh = int64_t(p.batch) * p.heads_q;
@@ -579,7 +588,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
   const CUtensorMap tdo = fa::make_tensor_map("14_hopper_backward", p.dout, p.dtype, int(bh), p.seqlen_q, D, kRows);
   const CUtensorMap tk = fa::make_tensor_map("14_hopper_backward", p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = fa::make_tensor_map("14_hopper_backward", p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
-  auto kernel = backward_kernel<T, D, kMode, kTrace>;
+  auto kernel = backward_kernel<T, C, kMode, kTrace>;
   static bool configured = false;
   if (!configured) {
     fa::allow_smem(kernel, smem);
@@ -593,52 +602,78 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
   FA_CHECK_LAUNCH();
 
   const int64_t post_threads = bh * p.seqlen_q * (D / 8);
-  postprocess_kernel<T, D, lesson14::DqSplit<D, kMode == kOrdered>><<<unsigned((post_threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, padded);
+  postprocess_kernel<T, D, lesson14::SplitOf<C, kMode == kOrdered>><<<unsigned((post_threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, padded);
   FA_CHECK_LAUNCH();
 }
 
-// With a trace sink, the traced kernel (fp16 and the default dQ mode only: enough to see the
+// The variants (fa_lesson_14 below), in their declared order. 0 "writers", dQ by the writer warps'
+// bulk reduce-adds; 1 "atomic", part 1's fp32 atomics from the consumers; 2 "stress", the writers
+// with a lag of up to about 8 us before each add (the tests': consumers running ahead find their
+// staging buffer still unread). The deterministic mode adds in order through the writers, with the
+// lag in "stress". The others are the sweep's (README, "The sweep"): the default build with one knob
+// changed (plan.hpp, Config), in either dQ mode but the atomics.
+enum Variant { kWriters, kAtomicVariant, kStress, kStages3, kStages4, kOneDqBuffer, kKvInSmem, kDqByColumns };
+
+// Calls f with the build (a Config) of `variant` at head dim D. The runtime has checked that the
+// variant runs this head dim (its declared head_dim).
+template <int D, class F>
+void with_config(int variant, F&& f) {
+  using lesson14::Config;
+  constexpr bool k64 = D == 64;
+  switch (variant) {
+    case kStages3: f(Config<D, 3, k64 ? 2 : 1, k64, k64>{}); return;  // at 128 two dQ buffers do not fit beside it
+    case kOneDqBuffer: f(Config<D, 2, 1, k64, k64>{}); return;
+    case kStages4:
+    case kKvInSmem:
+    case kDqByColumns:
+      if constexpr (k64) {
+        if (variant == kStages4) f(Config<64, 4, 2, true, true>{});
+        else if (variant == kKvInSmem) f(Config<64, 2, 2, false, true>{});
+        else f(Config<64, 2, 2, true, false>{});
+        return;
+      }
+      throw fa::InvalidArgument("lesson 14_hopper_backward: this variant runs head dim 64 only");
+    default: f(lesson14::Default<D>{}); return;
+  }
+}
+
+// With a trace sink, the traced kernel (fp16, the default build and dQ mode only: enough to see the
 // schedule, and it keeps the traced instantiations to two).
-void run(const fa::AttnParams& p, int mode, int stress, cudaStream_t stream, const fa::TraceSink* trace = nullptr) {
+void run(const fa::AttnParams& p, cudaStream_t stream, const fa::TraceSink* trace = nullptr) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
   fa::throw_if_todos_left("14_hopper_backward", kTodosLeft);
   if (key_blocks(p) > INT32_MAX)  // the grid's x
     throw fa::InvalidArgument("lesson 14_hopper_backward: more than 2^31 - 1 key blocks");
+  // The dQ path: in order (deterministic), the consumers' atomics (variant atomic), else the writers.
+  const int mode = p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk;
+  const int stress = p.variant == kStress;
   if (trace) {
-    if (p.dtype != fa::DType::kF16 || mode != kBulk)
-      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16 and the default dQ mode only");
-    if (p.head_dim == 64) launch<__half, 64, kBulk, true>(p, stress, stream, *trace);
-    else launch<__half, 128, kBulk, true>(p, stress, stream, *trace);
+    if (p.dtype != fa::DType::kF16 || mode != kBulk || p.variant != kWriters)
+      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16, the default variant and dQ mode only");
+    if (p.head_dim == 64) launch<__half, lesson14::Default<64>, kBulk, true>(p, 0, stream, *trace);
+    else launch<__half, lesson14::Default<128>, kBulk, true>(p, 0, stream, *trace);
     return;
   }
-  auto go = [&](auto mode_tag) {
-    constexpr int kMode = decltype(mode_tag)::value;
-    if (p.head_dim == 64) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 64, kMode, false>(p, stress, stream, {})));
-    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, 128, kMode, false>(p, stress, stream, {})));
+  auto go = [&](auto config) {
+    using C = decltype(config);
+    if (mode == kAtomic) {
+      if constexpr (std::is_same_v<C, lesson14::Default<C::head_dim>>)
+        FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kAtomic, false>(p, stress, stream, {})));
+    } else if (mode == kBulk) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kBulk, false>(p, stress, stream, {})));
+    else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kOrdered, false>(p, stress, stream, {})));
   };
-  if (mode == kAtomic) go(std::integral_constant<int, kAtomic>{});
-  else if (mode == kBulk) go(std::integral_constant<int, kBulk>{});
-  else go(std::integral_constant<int, kOrdered>{});
+  // The atomics are a dQ path of the default build (variant atomic), not of the sweep's.
+  if (p.head_dim == 64) with_config<64>(p.variant, go);
+  else with_config<128>(p.variant, go);
 }
 
-// The variants (fa_lesson_14 below): 0 "writers", dQ by the writer warps' bulk reduce-adds; 1
-// "atomic", part 1's fp32 atomics from the consumers; 2 "stress", the writers with a lag of up to
-// about 8 us before each add (the tests': consumers running ahead find their staging buffer still
-// unread). The deterministic mode adds in order through the writers, with the lag in "stress".
-enum Variant { kWriters, kAtomicVariant, kStress };
-
-// The dQ path and the writers' lag of the call's variant and mode.
-int mode_of(const fa::AttnParams& p) { return p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk; }
-
-void backward(const fa::AttnParams& p, cudaStream_t stream) { run(p, mode_of(p), p.variant == kStress, stream); }
+void backward(const fa::AttnParams& p, cudaStream_t stream) { run(p, stream); }
 
 // The traced build (fa::Tracer; trace.hpp): the call through the traced kernel (fp16 and the
 // default dQ mode only), its lanes (kTraceRoles a block) and the CSV's label (the head dim).
 // fa-bench --bwd --trace writes the records; plots/plot.py --phases reduces them to one tile's phases.
-void trace(const fa::AttnParams& p, const fa::TraceSink& sink, cudaStream_t stream) {
-  run(p, mode_of(p), p.variant == kStress, stream, &sink);
-}
+void trace(const fa::AttnParams& p, const fa::TraceSink& sink, cudaStream_t stream) { run(p, stream, &sink); }
 int64_t trace_lanes(const fa::AttnParams& p) { return key_blocks(p) * lesson14::kTraceRoles; }
 std::string trace_label(const fa::AttnParams& p) { return std::to_string(p.head_dim); }
 
@@ -654,7 +689,13 @@ const fa::LessonInfo& fa_lesson_14() {
     l.backward = &backward;
     l.variants = {{"writers", "dQ by the dQ writer warps, one bulk reduce-add a share"},
                   {"atomic", "dQ by 16-byte fp32 atomics from the consumers (part 1's way)"},
-                  {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"}};
+                  {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"},
+                  // The sweep (README, "The sweep"): the default build with one knob changed.
+                  {"stages3", "three query tiles in flight in the ring (at head dim 128 with one dQ staging buffer a warpgroup: two do not fit)"},
+                  {"stages4", "four query tiles in flight in the ring", fa::Variant::Pass::kBoth, 64},
+                  {"one-dq-buffer", "one dQ staging buffer a consumer warpgroup instead of two"},
+                  {"kv-in-smem", "S^T and dP^T read K and V from shared memory, as at head dim 128", fa::Variant::Pass::kBoth, 64},
+                  {"dq-by-columns", "dQ split between the warpgroups by columns, as at head dim 128", fa::Variant::Pass::kBoth, 64}};
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
     l.tracer = {&trace, &trace_lanes, lesson14::kTraceRoles, lesson14::phase_name, 1 << 13, "head_dim", &trace_label, true};
     return l;

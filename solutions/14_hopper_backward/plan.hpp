@@ -70,6 +70,24 @@ __host__ __device__ constexpr int launch_chunk(int n_kt, int n_bk, int sm_count)
   return c;
 }
 
+// The knobs of one build of the main kernel (README, "The sweep"): query tiles in flight in the
+// ring (`stages`), dQ staging buffers per consumer warpgroup (`dq_buffers`), K and V held in
+// registers as wgmma's A operand of S^T and dP^T (`kv_in_regs`: 64 registers a thread, head dim 64
+// only), and dQ split between the warpgroups by keys (`dq_by_keys`: D / 2 floats a thread for dQ,
+// head dim 64 only; see DqSplit). Default<D> is the build the sweep chose; the variants stages3,
+// stages4, one-dq-buffer, kv-in-smem and dq-by-columns each change one knob of it (stages3 at head
+// dim 128 also takes one dQ buffer: two do not fit beside a third stage).
+template <int D, int kStages, int kDqBuffers, bool kKvInRegs, bool kDqByKeys>
+struct Config {
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(!kKvInRegs || D == 64, "K and V in registers take 64 registers a thread: head dim 64 only");
+  static_assert(!kDqByKeys || D == 64, "dQ by keys takes D / 2 floats a thread: head dim 64 only");
+  static constexpr int head_dim = D, stages = kStages, dq_buffers = kDqBuffers;
+  static constexpr bool kv_in_regs = kKvInRegs, dq_by_keys = kDqByKeys;
+};
+template <int D>
+using Default = Config<D, 2, 2, D == 64, D == 64>;
+
 // How a tile's dQ = dS K is split between the two consumer warpgroups. By columns (head dim 128,
 // and the deterministic mode at 64): warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over
 // all 128 keys, so it reads the other warpgroup's half of dS^T and both meet at a barrier every
@@ -77,12 +95,12 @@ __host__ __device__ constexpr int launch_chunk(int n_kt, int n_bk, int sm_count)
 // columns, a partial sum added into the same accumulator as the other's, so the warpgroups never
 // wait for each other and drift apart (one's exponentials under the other's products). That takes
 // 2 x 16 KB of adds a tile instead of 2 x 8 KB and D / 2 floats a thread for dQ, which fit at 64 and
-// not at 128 (README, "How it got here"). The deterministic mode splits by columns at 64 too: by
+// not at 128 (README, "How it got here"). The deterministic mode always splits by columns: by
 // keys, the two partials of a tile would take turns on one tile's order, two ordered adds a tile in
 // a row; by columns, each warpgroup's half has its own order and the two go at once.
-template <int D, bool kDeterministic = false>
+template <int D, bool kByKeys>
 struct DqSplit {
-  static constexpr bool by_keys = D == 64 && !kDeterministic;
+  static constexpr bool by_keys = kByKeys;
   static constexpr int cols = by_keys ? D : D / 2;  // a warpgroup's dQ columns
   // Where consumer warpgroup c's share of (batch, head, query tile) `tile` starts in the
   // accumulator: by columns, the tile's two halves one after the other; by keys, both add into the
@@ -91,6 +109,9 @@ struct DqSplit {
     return by_keys ? tile * kRows * D : (tile * 2 + (c - 1)) * (kRows * D / 2);
   }
 };
+// The split a build of config C takes in a dQ mode (deterministic or not).
+template <class C, bool kDeterministic>
+using SplitOf = DqSplit<C::head_dim, C::dq_by_keys && !kDeterministic>;
 
 // dQ's fp32 accumulator keeps each consumer warpgroup's share of a query tile (kRows rows x
 // `cols` = DqSplit::cols columns) in the order the threads hold it: cols / 8 chunks of 128 threads x 4
@@ -105,21 +126,21 @@ __host__ __device__ constexpr int dq_share_offset(int r, int col) {
 
 // Shared memory: K and V (kKeys x D each, as D / 64 column blocks of 128-byte rows, 128-byte
 // swizzled by TMA), the ring's Q and dO tiles (kRows x D), dS^T twice (kKeys x kRows: one column
-// block), the two warpgroups' dQ shares, twice (the bulk reduce-add's staging), the ring's LSE2 and
-// D rows, then the barriers. Every tile starts on a 1024-byte boundary.
-template <int D>
+// block), the two warpgroups' dQ staging buffers (the bulk reduce-add's; a buffer holds the larger
+// share the build may take: D columns by keys, else D / 2), the ring's LSE2 and D rows, then the
+// barriers. Every tile starts on a 1024-byte boundary.
+template <class C>
 struct Smem {
-  // Query tiles in flight (3 at head dim 128 and 4 at 64 measured no faster: README).
-  static constexpr int stages = 2;
+  static constexpr int D = C::head_dim, stages = C::stages, dq_buffers = C::dq_buffers;
   static constexpr int kv_bytes = kKeys * D * 2, q_bytes = kRows * D * 2, ds_bytes = kKeys * kRows * 2;
-  static constexpr int dq_bytes = kRows * DqSplit<D>::cols * 4;  // a staging buffer: the larger share
+  static constexpr int dq_bytes = kRows * DqSplit<D, C::dq_by_keys>::cols * 4;  // a staging buffer
   static constexpr int stat_bytes = kRows * 4;
   static constexpr int k = 0, v = kv_bytes, q = 2 * kv_bytes, dout = q + stages * q_bytes, ds = dout + stages * q_bytes;
-  static constexpr int dq = ds + 2 * ds_bytes;  // 2 warpgroups x 2 buffers
-  static constexpr int lse = dq + 4 * dq_bytes, delta = lse + stages * stat_bytes, bars = delta + stages * stat_bytes;
+  static constexpr int dq = ds + 2 * ds_bytes;  // 2 warpgroups x dq_buffers
+  static constexpr int lse = dq + 2 * dq_buffers * dq_bytes, delta = lse + stages * stat_bytes, bars = delta + stages * stat_bytes;
   // Barriers: K/V loaded, the ring's full and empty per stage, and per consumer warpgroup and dQ
   // staging buffer a full and an empty.
-  static constexpr int n_bars = 1 + 2 * stages + 2 * 2 * 2;
+  static constexpr int n_bars = 1 + 2 * stages + 2 * 2 * dq_buffers;
   static constexpr int total = bars + 8 * n_bars + 1024;  // + slack to align the base
 };
 constexpr int kMaxSmem = 227 * 1024;  // a block's shared memory on Hopper
