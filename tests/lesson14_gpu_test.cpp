@@ -59,7 +59,7 @@ TEST_CASE("lesson14: dQ by atomics (variant atomic) matches the reference too") 
   // shapes as above, once. The lesson's variants are these tests': the default, "atomic" here,
   // "stress" and the sweep's below (a new one must be tested too).
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  fa::test::check_declared_variants({"writers", "atomic", "stress", "stages3", "stages4", "one-dq-buffer", "kv-in-smem", "dq-by-columns"});
+  fa::test::check_declared_variants({"writers", "atomic", "stress", "stages2", "stages3", "one-dq-buffer", "kv-in-smem", "dq-by-columns"});
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
       for (fa::test::Case c : {make(333, 400, d, d == 64 ? fa::DType::kF16 : fa::DType::kBF16, causal, 6, 2),
@@ -112,7 +112,7 @@ TEST_CASE("lesson14: dQ staging under a lagging writer (variant stress), default
     }
 }
 
-TEST_CASE("lesson14: the sweep's builds (variants stages3, stages4, one-dq-buffer, kv-in-smem, dq-by-columns)") {
+TEST_CASE("lesson14: the sweep's builds (variants stages2, stages3, one-dq-buffer, kv-in-smem, dq-by-columns)") {
   // Each changes one knob of the default build (plan.hpp, Config): the ring's depth, the dQ
   // staging buffers, where S^T and dP^T read K and V, how the warpgroups split dQ. Each at its head
   // dims, default and deterministic dQ, causal and not: many key blocks a query tile with GQA (24
@@ -120,7 +120,7 @@ TEST_CASE("lesson14: the sweep's builds (variants stages3, stages4, one-dq-buffe
   // both lengths with rows that see no key.
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   int n = 0;
-  for (const char* name : {"stages3", "stages4", "one-dq-buffer", "kv-in-smem", "dq-by-columns"}) {
+  for (const char* name : {"stages2", "stages3", "one-dq-buffer", "kv-in-smem", "dq-by-columns"}) {
     const int v = fa::variant_index(lesson, name);
     for (int d : {64, 128}) {
       if (!fa::variant_applies(lesson, v, fa::Variant::Pass::kBackward, d)) continue;
@@ -240,5 +240,9 @@ TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is a
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, traced_case(128, fa::DType::kF16),
                                             [](fa::AttnParams& p) { p.deterministic = true; }, "fp16 and the default dQ mode only",
                                             fa::test::Direction::kBackward));
+  // A build of the sweep (variant stages3) is not the traced one either.
+  fa::test::Case sweep = traced_case(128, fa::DType::kF16);
+  sweep.variant = "stages3";
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, sweep, [](fa::AttnParams&) {}, "of the default variant", fa::test::Direction::kBackward));
   g_capacity = 1 << 13;
 }

@@ -70,9 +70,10 @@ __host__ __device__ constexpr int launch_chunk(int n_kt, int n_bk, int sm_count)
 // ring (`stages`), dQ staging buffers per consumer warpgroup (`dq_buffers`), K and V held in
 // registers as wgmma's A operand of S^T and dP^T (`kv_in_regs`: 64 registers a thread, head dim 64
 // only), and dQ split between the warpgroups by keys (`dq_by_keys`: D / 2 floats a thread for dQ,
-// head dim 64 only; see DqSplit). Default<D> is the build the sweep chose; the variants stages3,
-// stages4, one-dq-buffer, kv-in-smem and dq-by-columns each change one knob of it (stages3 at head
-// dim 128 also takes one dQ buffer: two do not fit beside a third stage).
+// head dim 64 only; see DqSplit). Default<D> is the build the sweep chose (README, "The sweep"):
+// four stages at head dim 64, two at 128, where a third fits only beside one dQ buffer. The variants
+// stages2, stages3, one-dq-buffer, kv-in-smem and dq-by-columns each change one knob of it (stages3
+// at head dim 128 also takes one dQ buffer).
 template <int D, int kStages, int kDqBuffers, bool kKvInRegs, bool kDqByKeys>
 struct Config {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
@@ -82,7 +83,7 @@ struct Config {
   static constexpr bool kv_in_regs = kKvInRegs, dq_by_keys = kDqByKeys;
 };
 template <int D>
-using Default = Config<D, 2, 2, D == 64, D == 64>;
+using Default = Config<D, D == 64 ? 4 : 2, 2, D == 64, D == 64>;
 
 // How a tile's dQ = dS K is split between the two consumer warpgroups. By columns (head dim 128,
 // and the deterministic mode at 64): warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over

@@ -612,7 +612,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
 // staging buffer still unread). The deterministic mode adds in order through the writers, with the
 // lag in "stress". The others are the sweep's (README, "The sweep"): the default build with one knob
 // changed (plan.hpp, Config), in either dQ mode but the atomics.
-enum Variant { kWriters, kAtomicVariant, kStress, kStages3, kStages4, kOneDqBuffer, kKvInSmem, kDqByColumns };
+enum Variant { kWriters, kAtomicVariant, kStress, kStages2, kStages3, kOneDqBuffer, kKvInSmem, kDqByColumns };
 
 // Calls f with the build (a Config) of `variant` at head dim D. The runtime has checked that the
 // variant runs this head dim (its declared head_dim).
@@ -622,14 +622,14 @@ void with_config(int variant, F&& f) {
   constexpr bool k64 = D == 64;
   switch (variant) {
     case kStages3: f(Config<D, 3, k64 ? 2 : 1, k64, k64>{}); return;  // at 128 two dQ buffers do not fit beside it
-    case kOneDqBuffer: f(Config<D, 2, 1, k64, k64>{}); return;
-    case kStages4:
+    case kOneDqBuffer: f(Config<D, k64 ? 4 : 2, 1, k64, k64>{}); return;
+    case kStages2:
     case kKvInSmem:
     case kDqByColumns:
       if constexpr (k64) {
-        if (variant == kStages4) f(Config<64, 4, 2, true, true>{});
-        else if (variant == kKvInSmem) f(Config<64, 2, 2, false, true>{});
-        else f(Config<64, 2, 2, true, false>{});
+        if (variant == kStages2) f(Config<64, 2, 2, true, true>{});
+        else if (variant == kKvInSmem) f(Config<64, 4, 2, false, true>{});
+        else f(Config<64, 4, 2, true, false>{});
         return;
       }
       throw fa::InvalidArgument("lesson 14_hopper_backward: this variant runs head dim 64 only");
@@ -650,7 +650,7 @@ void run(const fa::AttnParams& p, cudaStream_t stream, const fa::TraceSink* trac
   const int stress = p.variant == kStress;
   if (trace) {
     if (p.dtype != fa::DType::kF16 || mode != kBulk || p.variant != kWriters)
-      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16, the default variant and dQ mode only");
+      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16 and the default dQ mode only, of the default variant");
     if (p.head_dim == 64) launch<__half, lesson14::Default<64>, kBulk, true>(p, 0, stream, *trace);
     else launch<__half, lesson14::Default<128>, kBulk, true>(p, 0, stream, *trace);
     return;
@@ -691,8 +691,8 @@ const fa::LessonInfo& fa_lesson_14() {
                   {"atomic", "dQ by 16-byte fp32 atomics from the consumers (part 1's way)"},
                   {"stress", "the dQ writers wait up to about 8 us before each add (the tests: the staging ring under a lagging writer)"},
                   // The sweep (README, "The sweep"): the default build with one knob changed.
+                  {"stages2", "two query tiles in flight in the ring instead of four (the default before the sweep)", fa::Variant::Pass::kBoth, 64},
                   {"stages3", "three query tiles in flight in the ring (at head dim 128 with one dQ staging buffer a warpgroup: two do not fit)"},
-                  {"stages4", "four query tiles in flight in the ring", fa::Variant::Pass::kBoth, 64},
                   {"one-dq-buffer", "one dQ staging buffer a consumer warpgroup instead of two"},
                   {"kv-in-smem", "S^T and dP^T read K and V from shared memory, as at head dim 128", fa::Variant::Pass::kBoth, 64},
                   {"dq-by-columns", "dQ split between the warpgroups by columns, as at head dim 128", fa::Variant::Pass::kBoth, 64}};
