@@ -14,6 +14,9 @@
 # reduction sectors (what the atomics and the bulk reduce-adds write); and the stall reasons (as %
 # of active warp cycles) of the README's profiles, plus gmma and mio_throttle. Predict first
 # (README, "How to profile").
+#   FA_PROFILE_VARIANTS  the variants profiled, in turn (default "writers atomic"; the sweep's builds
+#                        too: "writers stages2" compares four ring stages with two at head dim 64)
+#   FA_PROFILE_HEAD_DIMS the head dims (default 128,64)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export FA_BUILD=${FA_BUILD:-$root/build/student}
@@ -33,13 +36,18 @@ metrics=$metrics,${stall}_lg_throttle_per_warp_active.pct,${stall}_barrier_per_w
 metrics=$metrics,${stall}_branch_resolving_per_warp_active.pct,${stall}_gmma_per_warp_active.pct
 metrics=$metrics,${stall}_mio_throttle_per_warp_active.pct
 n=${FA_PROFILE_SEQLEN:-16384}
+dims=${FA_PROFILE_HEAD_DIMS:-128,64}
 echo "fa-bench --bwd takes O and the LSE from lesson 08's forward in $FA_BUILD: if your lesson 08 is"
 echo "not done, run FA_BUILD=$root/build/solutions $0 (the course's lessons)."
-for dq in writers atomic; do
-  if [ "$dq" = atomic ]; then how="16-byte fp32 atomics from the consumers"; else how="the writer warps' bulk reduce-adds"; fi
-  echo "== dQ by $how (variant $dq), N = $n, head_dim 128 then 64 (non-causal, fp16)"
-  "$root/tools/ncu-profile.sh" lesson14_dq_${dq}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
-    --bwd --lessons 14 --variant "$dq" --seqlens "$n" --tokens "$n" --head-dims 128,64 --causal 0
+for v in ${FA_PROFILE_VARIANTS:-writers atomic}; do
+  case $v in
+    writers) how="dQ by the writer warps' bulk reduce-adds" ;;
+    atomic) how="dQ by 16-byte fp32 atomics from the consumers" ;;
+    *) how="the sweep's build" ;;
+  esac
+  echo "== $how (variant $v), N = $n, head_dim $dims (non-causal, fp16)"
+  "$root/tools/ncu-profile.sh" lesson14_${v}_n$n "$metrics" "preprocess_kernel|backward_kernel|postprocess_kernel" \
+    --bwd --lessons 14 --variant "$v" --seqlens "$n" --tokens "$n" --head-dims "$dims" --causal 0
 done
 echo "Read it: the three kernels' times add up to the backward's; backward_kernel is nearly all of it."
 echo "The tensor pipe's busy fraction is the share of the wgmma ceiling the kernel reaches; the rest"
