@@ -6,8 +6,13 @@
 #   cmake -S /tmp/before -B /tmp/before/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_LESSONS_DIR=/tmp/before/solutions -DFA_BUILD_MUTANTS=OFF
 #   cmake --build /tmp/before/build --target lesson01 ... lesson14      (and the same for this tree)
 #   maintainers/same-device-code.sh /tmp/before/build build/dev
+#   maintainers/same-device-code.sh --by-body /tmp/before/build build/dev
 # Per lesson, the kernels of all its objects are compared by name, so a kernel moved to another
-# file of the lesson still compares with itself. Prints "same" or "DIFFERENT" (with the kernels
+# file of the lesson still compares with itself. With --by-body, by their instructions alone,
+# names aside: for a change that renames kernels or their template arguments (a kernel moved into
+# a namespace, a template parameter that became a type), "same" means every kernel body of one
+# build is a body of the other, per architecture; how many kernels share a body may differ (two
+# instantiations that became one type), and the line says so. Prints "same" or "DIFFERENT" (with the kernels
 # that differ) per lesson, and exits 1 if any differs or is missing. The anonymous namespaces'
 # names (a hash of the source file's name) are ignored; everything else of the disassembly must
 # match: "same" for every lesson means the change cannot have moved a kernel's speed or results,
@@ -15,7 +20,9 @@
 # Toolkit's bin/, or pip's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm packages; set CUOBJDUMP
 # to the binary, with nvdisasm beside it or on PATH).
 set -uo pipefail
-[ $# -eq 2 ] || { echo "usage: $0 <build-before> <build-after>"; exit 2; }
+by_body=0
+if [ "${1:-}" = --by-body ]; then by_body=1; shift; fi
+[ $# -eq 2 ] || { echo "usage: $0 [--by-body] <build-before> <build-after>"; exit 2; }
 a=$1 b=$2
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)}
 [ -x "$cuobjdump" ] || { echo "no cuobjdump (set CUOBJDUMP; pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm has both)"; exit 2; }
@@ -43,8 +50,8 @@ for l in $lessons; do
     *) echo "cannot disassemble $a's $l"; rc=1; continue ;;
   esac
   sass "$b" "$l" "$work/b" || { echo "MISSING or cannot disassemble in $b: $l"; rc=1; continue; }
-  verdict=$(python3 - "$work/a" "$work/b" <<'PY'
-import re, sys
+  verdict=$(python3 - "$work/a" "$work/b" "$by_body" <<'PY'
+import collections, re, sys
 def kernels(path):
     out, cur, arch = {}, None, ""
     for line in open(path):
@@ -66,6 +73,19 @@ a, b = kernels(sys.argv[1]), kernels(sys.argv[2])
 if not a:
     print("NOKERNELS")
     sys.exit()
+if sys.argv[3] == "1":
+    # By body: per architecture, the set of kernel bodies, each with the names that have it.
+    def bodies(ks):
+        out = collections.defaultdict(list)
+        for (arch, name), body in ks.items():
+            out[(arch, tuple(body))].append(name)
+        return out
+    ba, bb = bodies(a), bodies(b)
+    only = [(w, key) for w, x, y in (("before", ba, bb), ("after", bb, ba)) for key in x if key not in y]
+    merged = sum(1 for key in ba if key in bb and len(ba[key]) != len(bb[key]))
+    note = f"({merged} bodies shared by a different number of kernels)" if merged else ""
+    print(f"{len(a)} {len(only)} " + (" ".join(f"only-{w}:{key[0].split()[-1]}:{ba.get(key, bb.get(key))[0]}" for w, key in only[:8]) or note))
+    sys.exit()
 diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 print(f"{len(a)} {len(diff)} " + " ".join(f"{k[0].split()[-1]}:{k[1]}" for k in diff[:8]))
 PY
@@ -73,10 +93,14 @@ PY
   set -- $verdict
   if [ "$1" = NOKERNELS ]; then echo "no kernels in $a's $l"; rc=1; continue; fi
   n=$1 nd=$2; shift 2
+  how=""
+  [ $by_body = 1 ] && how=", compared by body"
   if [ "$nd" = 0 ]; then
-    echo "same       ${l%.dir} ($n kernels x architectures)"
+    echo "same       ${l%.dir} ($n kernels x architectures$how) $*"
   else
-    echo "DIFFERENT  ${l%.dir}: $nd of $n kernels x architectures differ: $*"; rc=1
+    if [ $by_body = 1 ]; then echo "DIFFERENT  ${l%.dir}: $nd kernel bodies x architectures are in one build only: $*"
+    else echo "DIFFERENT  ${l%.dir}: $nd of $n kernels x architectures differ: $*"; fi
+    rc=1
   fi
 done
 exit $rc
