@@ -115,8 +115,8 @@ TEST_CASE("lesson14: dQ staging under a lagging writer (variant stress), default
 TEST_CASE("lesson14: the sweep's builds (variants stages2, stages3, one-dq-buffer, kv-in-smem, dq-by-columns)") {
   // Each changes one knob of the default build (plan.hpp, Config): the ring's depth, the dQ
   // staging buffers, where S^T and dP^T read K and V, how the warpgroups split dQ. Each at its head
-  // dims, default and deterministic dQ, causal and not: many key blocks a query tile with GQA (24
-  // tiles a block, so each ring stage and staging buffer is reused many times), and the tails of
+  // dims, default and deterministic dQ, causal and not: many key blocks a query tile with GQA (18
+  // tiles a block, 6 query tiles x 3 heads, so each ring stage and staging buffer is reused), and the tails of
   // both lengths with rows that see no key.
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   int n = 0;
@@ -243,6 +243,6 @@ TEST_CASE("lesson14: a trace that overflows its capacity, or asks for bf16, is a
   // A build of the sweep (variant stages3) is not the traced one either.
   fa::test::Case sweep = traced_case(128, fa::DType::kF16);
   sweep.variant = "stages3";
-  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, sweep, [](fa::AttnParams&) {}, "of the default variant", fa::test::Direction::kBackward));
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, sweep, [](fa::AttnParams&) {}, "of the default build", fa::test::Direction::kBackward));
   g_capacity = 1 << 13;
 }

@@ -171,7 +171,6 @@ TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where th
   CHECK(lesson14::SplitOf<lesson14::Default<64>, false>::by_keys);
   CHECK(!lesson14::SplitOf<lesson14::Default<64>, true>::by_keys);
   CHECK(!lesson14::SplitOf<lesson14::Default<128>, false>::by_keys);
-  CHECK(!lesson14::SplitOf<lesson14::Default<128>, true>::by_keys);
   check(lesson14::DqSplit<64, true>{}, 64);
   check(lesson14::DqSplit<64, false>{}, 64);
   check(lesson14::DqSplit<128, false>{}, 128);
@@ -179,7 +178,7 @@ TEST_CASE("lesson14: dQ's accumulator holds each float of a share once, where th
 
 TEST_CASE("lesson14: a block's shared memory fits Hopper's 227 KB, every tile on a 1024-byte boundary") {
   require_started();
-  // Every build the kernel has (kernel.cu, with_config): the defaults and the sweep's.
+  // Every build the kernel has (plan.hpp, Builds: kernel.cu instantiates these and no other).
   auto check = [](auto config) {
     using S = lesson14::Smem<decltype(config)>;
     INFO("head dim ", S::D, ", ", S::stages, " stages, ", S::dq_buffers, " dQ buffers");
@@ -191,16 +190,43 @@ TEST_CASE("lesson14: a block's shared memory fits Hopper's 227 KB, every tile on
     CHECK(S::delta % 16 == 0);
     CHECK(S::bars % 8 == 0);
   };
-  using lesson14::Config;
-  check(lesson14::Default<64>{});
-  check(lesson14::Default<128>{});
-  check(Config<128, 3, 1, false, false>{});  // stages3
-  check(Config<128, 2, 1, false, false>{});  // one-dq-buffer
-  check(Config<64, 2, 2, true, true>{});     // stages2
-  check(Config<64, 3, 2, true, true>{});     // stages3
-  check(Config<64, 4, 1, true, true>{});     // one-dq-buffer
-  check(Config<64, 4, 2, false, true>{});    // kv-in-smem
-  check(Config<64, 4, 2, true, false>{});    // dq-by-columns
+  std::apply([&](auto... c) { (check(c), ...); }, lesson14::Builds<64>::type{});
+  std::apply([&](auto... c) { (check(c), ...); }, lesson14::Builds<128>::type{});
   // A third stage beside two dQ buffers does not fit at head dim 128 (why stages3 takes one there).
-  CHECK(lesson14::Smem<Config<128, 3, 2, false, false>>::total > lesson14::kMaxSmem);
+  CHECK(lesson14::Smem<lesson14::Config<128, 3, 2, false, false>>::total > lesson14::kMaxSmem);
+}
+
+TEST_CASE("lesson14: each variant runs one build of Builds, the default's knobs with the variant's one changed") {
+  require_started();
+  using lesson14::Knobs;
+  auto builds = [](int d) {
+    std::vector<Knobs> all;
+    auto add = [&](auto... c) { (all.push_back(lesson14::knobs<decltype(c)>()), ...); };
+    if (d == 64) std::apply(add, lesson14::Builds<64>::type{});
+    else std::apply(add, lesson14::Builds<128>::type{});
+    return all;
+  };
+  for (int d : {64, 128}) {
+    const std::vector<Knobs> all = builds(d);
+    const Knobs def = lesson14::knobs_of(lesson14::kWriters, d);
+    CHECK(def == all.front());  // the default build is Default<d>, Builds' first
+    CHECK(def == (d == 64 ? lesson14::knobs<lesson14::Default<64>>() : lesson14::knobs<lesson14::Default<128>>()));
+    std::vector<int> used(all.size(), 0);
+    for (int v = 0; v < lesson14::kVariants; ++v) {
+      INFO("head dim ", d, ", variant ", v);
+      const Knobs k = lesson14::knobs_of(v, d);
+      const bool sweep = v >= lesson14::kStages2, at_64_only = v == lesson14::kStages2 || v == lesson14::kKvInSmem || v == lesson14::kDqByColumns;
+      if (d == 128 && at_64_only) {
+        CHECK(k.stages == 0);  // not run at 128 (the variant is declared for head dim 64)
+        continue;
+      }
+      const int n = int(std::count(all.begin(), all.end(), k));
+      REQUIRE(n == 1);  // one build, and one only, has the variant's knobs
+      ++used[size_t(std::find(all.begin(), all.end(), k) - all.begin())];
+      const int changed = (k.stages != def.stages) + (k.dq_buffers != def.dq_buffers) + (k.kv_in_regs != def.kv_in_regs) +
+                          (k.dq_by_keys != def.dq_by_keys);
+      CHECK(changed == (!sweep ? 0 : v == lesson14::kStages3 && d == 128 ? 2 : 1));
+    }
+    for (size_t i = 1; i < used.size(); ++i) CHECK(used[i] == 1);  // every sweep build is some variant's, once
+  }
 }

@@ -4,6 +4,8 @@
 // each float of dQ's accumulator lives, and the shared memory a block takes.
 #pragma once
 
+#include <tuple>
+
 #include "fa/params.hpp"
 
 namespace lesson14 {
@@ -84,6 +86,52 @@ struct Config {
 };
 template <int D>
 using Default = Config<D, D == 64 ? 4 : 2, 2, D == 64, D == 64>;
+
+// Every build the kernel has, per head dim (kernel.cu instantiates these and no other): the default
+// first, then the sweep's.
+template <int D>
+struct Builds;
+template <>
+struct Builds<64> {
+  using type = std::tuple<Default<64>, Config<64, 2, 2, true, true>, Config<64, 3, 2, true, true>, Config<64, 4, 1, true, true>,
+                          Config<64, 4, 2, false, true>, Config<64, 4, 2, true, false>>;
+};
+template <>
+struct Builds<128> {
+  using type = std::tuple<Default<128>, Config<128, 3, 1, false, false>, Config<128, 2, 1, false, false>>;
+};
+
+// The lesson's variants, in the order kernel.cu declares them (fa_lesson_14): the dQ paths (0-2)
+// and the sweep's builds (3-7).
+enum Variant { kWriters, kAtomicVariant, kStress, kStages2, kStages3, kOneDqBuffer, kKvInSmem, kDqByColumns, kVariants };
+
+// A build's knobs as values, and the ones each variant runs at head dim D: the default's with one
+// knob changed (stages3 at 128 two: one dQ buffer makes room for the third stage). kernel.cu runs
+// the build of Builds<D> whose knobs these are; stages = 0 for a variant that does not run at D.
+struct Knobs {
+  int stages = 0, dq_buffers = 0;
+  bool kv_in_regs = false, dq_by_keys = false;
+};
+constexpr bool operator==(Knobs a, Knobs b) {
+  return a.stages == b.stages && a.dq_buffers == b.dq_buffers && a.kv_in_regs == b.kv_in_regs && a.dq_by_keys == b.dq_by_keys;
+}
+template <class C>
+constexpr Knobs knobs() {
+  return {C::stages, C::dq_buffers, C::kv_in_regs, C::dq_by_keys};
+}
+constexpr Knobs knobs_of(int variant, int d) {
+  const bool k64 = d == 64;
+  Knobs k{k64 ? 4 : 2, 2, k64, k64};  // Default<d>
+  switch (variant) {
+    case kStages2: k.stages = k64 ? 2 : 0; break;
+    case kStages3: k.stages = 3, k.dq_buffers = k64 ? 2 : 1; break;
+    case kOneDqBuffer: k.dq_buffers = 1; break;
+    case kKvInSmem: k.stages = k64 ? k.stages : 0, k.kv_in_regs = false; break;
+    case kDqByColumns: k.stages = k64 ? k.stages : 0, k.dq_by_keys = false; break;
+    default: break;  // the dQ paths run the default build
+  }
+  return k;
+}
 
 // How a tile's dQ = dS K is split between the two consumer warpgroups. By columns (head dim 128,
 // and the deterministic mode at 64): warpgroup c computes columns (c - 1) D / 2 .. c D / 2 - 1 over

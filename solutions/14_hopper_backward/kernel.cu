@@ -606,39 +606,31 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
   FA_CHECK_LAUNCH();
 }
 
-// The variants (fa_lesson_14 below), in their declared order. 0 "writers", dQ by the writer warps'
-// bulk reduce-adds; 1 "atomic", part 1's fp32 atomics from the consumers; 2 "stress", the writers
-// with a lag of up to about 8 us before each add (the tests': consumers running ahead find their
-// staging buffer still unread). The deterministic mode adds in order through the writers, with the
-// lag in "stress". The others are the sweep's (README, "The sweep"): the default build with one knob
-// changed (plan.hpp, Config), in either dQ mode but the atomics.
-enum Variant { kWriters, kAtomicVariant, kStress, kStages2, kStages3, kOneDqBuffer, kKvInSmem, kDqByColumns };
+// The variants (fa_lesson_14 below, in plan.hpp's order, enum Variant): 0 "writers", dQ by the
+// writer warps' bulk reduce-adds; 1 "atomic", part 1's fp32 atomics from the consumers; 2 "stress",
+// the writers with a lag of up to about 8 us before each add (the tests': consumers running ahead
+// find their staging buffer still unread). The deterministic mode adds in order through the
+// writers, with the lag in "stress". The others are the sweep's (README, "The sweep"): the default
+// build with one knob changed (plan.hpp, knobs_of), in either dQ mode but the atomics.
+using lesson14::kAtomicVariant;
+using lesson14::kStress;
+using lesson14::kWriters;
 
-// Calls f with the build (a Config) of `variant` at head dim D. The runtime has checked that the
-// variant runs this head dim (its declared head_dim).
+// Calls f with the build of Builds<D> whose knobs are `want` (plan.hpp, knobs_of): the tuple's
+// first, else the rest's.
+template <class F, class C, class... Rest>
+void pick(const lesson14::Knobs& want, F& f, std::tuple<C, Rest...>*) {
+  if (lesson14::knobs<C>() == want) f(C{});
+  else if constexpr (sizeof...(Rest) > 0) pick(want, f, static_cast<std::tuple<Rest...>*>(nullptr));
+  else throw fa::InvalidArgument("lesson 14_hopper_backward: no build of this variant at this head dim");
+}
 template <int D, class F>
 void with_config(int variant, F&& f) {
-  using lesson14::Config;
-  constexpr bool k64 = D == 64;
-  switch (variant) {
-    case kStages3: f(Config<D, 3, k64 ? 2 : 1, k64, k64>{}); return;  // at 128 two dQ buffers do not fit beside it
-    case kOneDqBuffer: f(Config<D, k64 ? 4 : 2, 1, k64, k64>{}); return;
-    case kStages2:
-    case kKvInSmem:
-    case kDqByColumns:
-      if constexpr (k64) {
-        if (variant == kStages2) f(Config<64, 2, 2, true, true>{});
-        else if (variant == kKvInSmem) f(Config<64, 4, 2, false, true>{});
-        else f(Config<64, 4, 2, true, false>{});
-        return;
-      }
-      throw fa::InvalidArgument("lesson 14_hopper_backward: this variant runs head dim 64 only");
-    default: f(lesson14::Default<D>{}); return;
-  }
+  pick(lesson14::knobs_of(variant, D), f, static_cast<typename lesson14::Builds<D>::type*>(nullptr));
 }
 
-// With a trace sink, the traced kernel (fp16, the default build and dQ mode only: enough to see the
-// schedule, and it keeps the traced instantiations to two).
+// With a trace sink, the traced kernel (fp16, the default build and dQ mode only, with the stress
+// variant's lag or without: enough to see the schedule, and it keeps the traced instantiations to two).
 void run(const fa::AttnParams& p, cudaStream_t stream, const fa::TraceSink* trace = nullptr) {
   fa::throw_if_todos_left("13_hopper", lesson13::kWgmmaTodosLeft);  // this lesson uses lesson 13's layouts
   fa::throw_if_todos_left("14_hopper_backward", lesson14::kPlanTodosLeft);
@@ -649,10 +641,10 @@ void run(const fa::AttnParams& p, cudaStream_t stream, const fa::TraceSink* trac
   const int mode = p.deterministic ? kOrdered : p.variant == kAtomicVariant ? kAtomic : kBulk;
   const int stress = p.variant == kStress;
   if (trace) {
-    if (p.dtype != fa::DType::kF16 || mode != kBulk || p.variant != kWriters)
-      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16 and the default dQ mode only, of the default variant");
-    if (p.head_dim == 64) launch<__half, lesson14::Default<64>, kBulk, true>(p, 0, stream, *trace);
-    else launch<__half, lesson14::Default<128>, kBulk, true>(p, 0, stream, *trace);
+    if (p.dtype != fa::DType::kF16 || mode != kBulk || (p.variant != kWriters && p.variant != kStress))
+      throw fa::InvalidArgument("lesson 14_hopper_backward: the trace runs fp16 and the default dQ mode only, of the default build");
+    if (p.head_dim == 64) launch<__half, lesson14::Default<64>, kBulk, true>(p, stress, stream, *trace);
+    else launch<__half, lesson14::Default<128>, kBulk, true>(p, stress, stream, *trace);
     return;
   }
   auto go = [&](auto config) {
@@ -660,6 +652,8 @@ void run(const fa::AttnParams& p, cudaStream_t stream, const fa::TraceSink* trac
     if (mode == kAtomic) {
       if constexpr (std::is_same_v<C, lesson14::Default<C::head_dim>>)
         FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kAtomic, false>(p, stress, stream, {})));
+      else
+        throw fa::InvalidArgument("lesson 14_hopper_backward: the atomics are a dQ path of the default build only");
     } else if (mode == kBulk) FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kBulk, false>(p, stress, stream, {})));
     else FA_DISPATCH_DTYPE(p.dtype, T, (launch<T, C, kOrdered, false>(p, stress, stream, {})));
   };
