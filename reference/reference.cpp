@@ -132,28 +132,6 @@ std::vector<int> all_rows(int n) {
 
 }  // namespace
 
-double Problem::softmax_scale() const { return scale > 0 ? scale : 1.0 / std::sqrt(double(head_dim)); }
-
-void Problem::check() const {
-  auto bad = [](const std::string& m) { throw std::invalid_argument("reference: " + m); };
-  if (heads_q < 1 || heads_kv < 1 || head_dim < 1) bad("heads and head_dim must be >= 1");
-  if (heads_q % heads_kv != 0) bad("heads_q must be a multiple of heads_kv");
-  if (gate && !causal) bad("the decay gate is defined for causal attention only");
-  if (rope_base > 0 && head_dim % 2 != 0) bad("RoPE needs an even head_dim");
-  if (varlen()) {
-    if (cu_seqlens_k.size() != cu_seqlens_q.size() || cu_seqlens_q.size() < 2)
-      bad("cu_seqlens_q and cu_seqlens_k need batch + 1 entries each");
-    if (cu_seqlens_q[0] != 0 || cu_seqlens_k[0] != 0) bad("cu_seqlens must start at 0");
-    for (int b = 0; b < sequences(); ++b)
-      if (len_q(b) < 0 || len_k(b) < 0) bad("cu_seqlens must be non-decreasing");
-  } else if (batch < 1 || seqlen_q < 1 || seqlen_k < 1) {
-    bad("batch and sequence lengths must be >= 1");
-  }
-  if (rope_base > 0)
-    for (int b = 0; b < sequences(); ++b)
-      if (len_q(b) > len_k(b)) bad("RoPE needs seqlen_q <= seqlen_k (query positions are i + seqlen_k - seqlen_q)");
-}
-
 Forward forward(const Problem& p, const Inputs& in, const std::vector<int>* rows) {
   p.check();
   if (rows != nullptr && p.varlen()) throw std::invalid_argument("reference: sampled rows are for dense problems");

@@ -11,27 +11,12 @@
 
 #include <vector>
 
+#include "fa/problem.hpp"  // fa::Problem: the problem computed
+
 namespace fa::ref {
 
-struct Problem {
-  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 1;
-  double scale = 0;    // 0 means 1/sqrt(head_dim)
-  bool causal = false;
-  // Varlen when not empty: batch + 1 prefix sums each; seqlen_q/k are then ignored.
-  std::vector<int> cu_seqlens_q, cu_seqlens_k;
-  double rope_base = 0;  // > 0: rotate q and k with RoPE (half-split pairs, this base) before QK^T
-  bool gate = false;     // add G_i - G_j, G the inclusive cumsum of the gate g (causal only)
-
-  bool varlen() const { return !cu_seqlens_q.empty(); }
-  double softmax_scale() const;
-  int sequences() const { return varlen() ? static_cast<int>(cu_seqlens_q.size()) - 1 : batch; }
-  int len_q(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
-  int len_k(int b) const { return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
-  int total_q() const { return varlen() ? cu_seqlens_q.back() : batch * seqlen_q; }
-  int total_k() const { return varlen() ? cu_seqlens_k.back() : batch * seqlen_k; }
-  // Throws std::invalid_argument for shapes the conventions do not define.
-  void check() const;
-};
+// The problem: fa::Problem (fa/problem.hpp); the reference ignores its dtype and bshd, and takes
+// the inputs' values as given (already rounded to the storage type).
 
 struct Inputs {
   std::vector<double> q, k, v;

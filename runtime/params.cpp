@@ -22,6 +22,33 @@ void set_contiguous_strides(AttnParams& p) {
   }
 }
 
+AttnParams params_for(const Problem& prob) {
+  AttnParams p;
+  p.batch = prob.batch;
+  p.heads_q = prob.heads_q;
+  p.heads_kv = prob.heads_kv;
+  p.seqlen_q = prob.seqlen_q;
+  p.seqlen_k = prob.seqlen_k;
+  p.head_dim = prob.head_dim;
+  p.dtype = prob.dtype;
+  p.causal = prob.causal;
+  p.scale = static_cast<float>(prob.softmax_scale());
+  const int d = prob.head_dim;
+  auto packed = [&](int heads) { return Strides{0, d, int64_t(heads) * d}; };
+  auto dense = [&](int heads, int seqlen) {
+    return prob.bshd ? Strides{int64_t(seqlen) * heads * d, d, int64_t(heads) * d} : Strides{int64_t(heads) * seqlen * d, int64_t(seqlen) * d, d};
+  };
+  if (prob.varlen()) {
+    p.total_q = prob.total_q();
+    p.total_k = prob.total_k();
+  }
+  const Strides sq = prob.varlen() ? packed(prob.heads_q) : dense(prob.heads_q, prob.seqlen_q);
+  const Strides sk = prob.varlen() ? packed(prob.heads_kv) : dense(prob.heads_kv, prob.seqlen_k);
+  p.q_stride = p.o_stride = p.do_stride = p.dq_stride = sq;
+  p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = sk;
+  return p;
+}
+
 void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
   if (todos.empty()) return;
   std::string nn(lesson_id, std::string(lesson_id).find('_') == std::string::npos ? 0 : 2);

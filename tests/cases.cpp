@@ -23,14 +23,6 @@ const char* name(Pattern p) {
   return "?";
 }
 
-void Case::set_lengths(const std::vector<int>& q, const std::vector<int>& k) {
-  lens_q = q;
-  lens_k = k;
-  batch = static_cast<int>(q.size());
-  seqlen_q = std::max(1, q.empty() ? 0 : *std::max_element(q.begin(), q.end()));
-  seqlen_k = std::max(1, k.empty() ? 0 : *std::max_element(k.begin(), k.end()));
-}
-
 std::string Case::describe() const {
   auto list = [](const std::vector<int>& x) {
     std::string s;
@@ -39,36 +31,26 @@ std::string Case::describe() const {
   };
   std::ostringstream os;
   os << "[" << fa::name(dtype) << (causal ? " causal" : " non-causal");
-  if (varlen())
-    os << " varlen lens_q=" << list(lens_q) << " lens_k=" << list(lens_k) << " heads_q=" << heads_q << " heads_kv=" << heads_kv;
+  if (varlen()) {
+    std::vector<int> lq, lk;
+    for (int b = 0; b < sequences(); ++b) {
+      lq.push_back(len_q(b));
+      lk.push_back(len_k(b));
+    }
+    os << " varlen lens_q=" << list(lq) << " lens_k=" << list(lk) << " heads_q=" << heads_q << " heads_kv=" << heads_kv;
+  }
   else
     os << " batch=" << batch << " heads_q=" << heads_q << " heads_kv=" << heads_kv << " seqlen_q=" << seqlen_q
        << " seqlen_k=" << seqlen_k;
   os << " head_dim=" << head_dim << " inputs=" << name(pattern) << (bshd ? " layout=(batch, seqlen, heads, dim)" : "")
-     << (rope ? " rope" : "") << (gate ? " gate" : "") << (sample_rows.empty() ? "" : " sampled rows")
+     << (rope() ? " rope" : "") << (gate ? " gate" : "") << (sample_rows.empty() ? "" : " sampled rows")
      << (variant.empty() ? "" : " variant=" + variant) << " seed=" << base_seed() << "]";
   return os.str();
 }
 
-ref::Problem Case::problem() const {
-  ref::Problem p;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = head_dim;
-  p.causal = causal;
-  p.gate = gate;
-  if (varlen()) {
-    auto prefix_sums = [](const std::vector<int>& lens) {
-      std::vector<int> cu{0};
-      for (int n : lens) cu.push_back(cu.back() + n);
-      return cu;
-    };
-    p.cu_seqlens_q = prefix_sums(lens_q);
-    p.cu_seqlens_k = prefix_sums(lens_k);
-  }
+Problem Case::reference_problem() const {
+  Problem p = *this;
+  p.rope_base = 0;
   return p;
 }
 
@@ -114,14 +96,14 @@ std::vector<int> variants_for(const LessonInfo& lesson, Direction dir, int head_
 Shape tensor_shape(const Case& c, bool q_side) {
   const int heads = q_side ? c.heads_q : c.heads_kv;
   if (c.varlen()) {
-    const ref::Problem p = c.problem();
+    const Problem p = c.reference_problem();
     return {{q_side ? p.total_q() : p.total_k(), heads, c.head_dim}, {"t", "h", "d"}};
   }
   return {{c.batch, heads, q_side ? c.seqlen_q : c.seqlen_k, c.head_dim}, {"b", "h", q_side ? "i" : "j", "d"}};
 }
 Shape vector_shape(const Case& c, bool q_side) {
   if (c.varlen()) {
-    const ref::Problem p = c.problem();
+    const Problem p = c.reference_problem();
     return {{c.heads_q, q_side ? p.total_q() : p.total_k()}, {"h", "t"}};
   }
   return {{c.batch, c.heads_q, q_side ? c.seqlen_q : c.seqlen_k}, {"b", "h", q_side ? "i" : "j"}};
@@ -153,7 +135,7 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   if (c.varlen() && c.pattern != Pattern::kRandn)
     throw std::invalid_argument("test case error: the adversarial input patterns are for dense cases, not varlen");
   Rng rng(seed);
-  const ref::Problem prob = c.problem();
+  const Problem prob = c.reference_problem();
   const int D = c.head_dim;
   const size_t nq = size_t(prob.total_q()) * c.heads_q * D;
   const size_t nk = size_t(prob.total_k()) * c.heads_kv * D;

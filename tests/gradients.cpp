@@ -35,7 +35,7 @@ struct Naive {
   ref::Gradients g, mag;
 };
 Naive naive_gradients(const Case& c, const ref::Inputs& in, const std::vector<double>& dout) {
-  const ref::Problem prob = c.problem();
+  const Problem prob = c.reference_problem();
   const Layout qside{prob, true}, kside{prob, false};
   const int D = c.head_dim, group = c.heads_q / c.heads_kv;
   const float scale = static_cast<float>(default_scale(D));
@@ -246,7 +246,7 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
     execute(lesson, r, Direction::kBackward);
     const std::string changed = changed_input(c, r, in);
     if (!changed.empty()) return fail(c, "the lesson modified its input " + changed);
-    const ref::Gradients want = ref::backward(c.problem(), in.values, bi.dout_values);
+    const ref::Gradients want = ref::backward(c.reference_problem(), in.values, bi.dout_values);
     const Naive naive = naive_gradients(c, in.values, bi.dout_values);
     std::string text = c.describe() + (deterministic ? " deterministic mode" : "");
     const Shape sq = tensor_shape(c, true), sk = tensor_shape(c, false);

@@ -30,7 +30,7 @@ struct RowId {
 };
 
 // The rows of O and the LSE, in the LSE's order (ForwardRun).
-std::vector<RowId> row_ids(const Case& c, const ref::Problem& p) {
+std::vector<RowId> row_ids(const Case& c, const Problem& p) {
   std::vector<RowId> rows;
   if (c.varlen()) {
     for (int h = 0; h < c.heads_q; ++h)
@@ -95,7 +95,7 @@ struct Hypothesis {
 
 struct Ctx {
   const ForwardRun& r;
-  ref::Problem p;
+  Problem p;
   int d;
 };
 
@@ -109,7 +109,7 @@ struct HeadKeys {
 };
 
 bool head_keys(const Ctx& x, const Hypothesis& hy, int b, int h, HeadKeys& out) {
-  const ref::Problem& p = x.p;
+  const Problem& p = x.p;
   const int d = x.d, group = p.heads_q / p.heads_kv, lk = p.len_k(b);
   int bk = b, hk = h / group;
   if ((hy.kind == Kind::kKFromHead || hy.kind == Kind::kKVFromHead) && hy.t == 0) hk = 0;
@@ -159,7 +159,7 @@ bool head_keys(const Ctx& x, const Hypothesis& hy, int b, int h, HeadKeys& out) 
 }
 
 RowOut eval_row(const Ctx& x, const Hypothesis& hy, const HeadKeys& keys, const RowId& id) {
-  const ref::Problem& p = x.p;
+  const Problem& p = x.p;
   const int d = x.d, lq = p.len_q(id.b), lk = p.len_k(id.b), off = lk - lq;
   std::vector<double> q(d);
   const Layout qside{p, true};
@@ -207,7 +207,7 @@ RowOut eval_row(const Ctx& x, const Hypothesis& hy, const HeadKeys& keys, const 
   return out;
 }
 
-std::vector<Hypothesis> hypotheses(const Case& c, const ref::Problem& p) {
+std::vector<Hypothesis> hypotheses(const Case& c, const Problem& p) {
   std::vector<Hypothesis> hs;
   auto end_h = [&](std::string id, std::string text, std::function<int(int, int, int)> f, bool partial = false) {
     Hypothesis h{Kind::kEnd, std::move(id), std::move(text)};
@@ -302,7 +302,7 @@ std::vector<Hypothesis> hypotheses(const Case& c, const ref::Problem& p) {
   if (c.gate)
     hs.push_back({Kind::kGateFlipped, "gate-sign",
                   "the gate's bias has the wrong sign: s_ij += G_i - G_j (older keys lose weight), not G_j - G_i"});
-  if (c.rope) {
+  if (c.rope()) {
     if (differ)
       hs.push_back({Kind::kRopeQueryAtI, "rope-query-positions",
                     "query i was rotated at position i; it sits at i + seqlen_k - seqlen_q (docs/conventions.md, RoPE)"});
@@ -329,7 +329,7 @@ std::vector<Hypothesis> hypotheses(const Case& c, const ref::Problem& p) {
 // tile), the first in hypotheses()'s order is given.
 std::vector<Hint> what_if(const ForwardRun& r, const std::vector<RowId>& ids, const std::vector<size_t>& bad,
                           const std::vector<size_t>& good) {
-  Ctx x{r, r.c.problem(), r.c.head_dim};
+  Ctx x{r, r.c.reference_problem(), r.c.head_dim};
   std::vector<Hint> out;
   std::vector<std::vector<RowOut>> matched;  // the predictions of each hint given
   Hypothesis truth{Kind::kTruth, "", ""};
@@ -398,7 +398,7 @@ double row_factor(const std::vector<double>& got, size_t row, const std::vector<
 
 std::vector<Hint> forward_hints(const ForwardRun& r) {
   const Case& c = r.c;
-  const ref::Problem p = c.problem();
+  const Problem p = c.reference_problem();
   const int d = c.head_dim;
   const std::vector<RowId> ids = row_ids(c, p);
   const size_t rows = r.want_lse.size();
@@ -527,7 +527,7 @@ struct BackwardWhatIf {
 
 ref::Gradients gradients(const BackwardRun& r, const BackwardWhatIf& w) {
   const Case& c = r.c;
-  const ref::Problem p = c.problem();
+  const Problem p = c.reference_problem();
   const Layout qs{p, true}, ks{p, false};
   const int d = c.head_dim, group = c.heads_q / c.heads_kv;
   const double scale = p.softmax_scale();
@@ -591,7 +591,7 @@ bool close_to(const Case& c, const std::vector<double>& got, const std::vector<d
 
 std::vector<Hint> backward_hints(const BackwardRun& r) {
   const Case& c = r.c;
-  const ref::Problem p = c.problem();
+  const Problem p = c.reference_problem();
   std::vector<Hint> out;
   // A wrong constant factor (the softmax scale applied twice or not at all) leaves got = f * want.
   auto factor = [&](const std::vector<double>& got, const std::vector<double>& want) {
@@ -640,7 +640,7 @@ std::vector<Hint> backward_hints(const BackwardRun& r) {
   }
   // What-ifs over the whole case (small cases only: each costs a full fp64 backward).
   const double work = double(p.total_q()) * c.heads_q * std::max(1, c.seqlen_k) * c.head_dim;
-  if (!c.gate && !c.rope && work <= 4e7) {
+  if (!c.gate && !c.rope() && work <= 4e7) {
     struct Named {
       std::string id, text;
       BackwardWhatIf w;

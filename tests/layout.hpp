@@ -16,7 +16,7 @@ inline size_t at(int b, int h, int s, int d, int heads, int seqlen, int dim) {
 // Element (sequence b, head h, row s, column x) of a q-side tensor (q, o, dO, dQ) or a k-side one
 // (k, v, dK, dV), dense (batch, heads, seqlen, dim) or varlen (total, heads, dim).
 struct Layout {
-  const ref::Problem& p;
+  const Problem& p;
   bool q_side;
   size_t at(int b, int h, int s, int x) const {
     const int heads = q_side ? p.heads_q : p.heads_kv;
@@ -26,7 +26,7 @@ struct Layout {
 };
 
 // The LSE (q side), g and dg (k side): (batch, heads_q, seqlen) dense, (heads_q, total) varlen.
-inline size_t vec_at(const ref::Problem& p, bool q_side, int b, int h, int s) {
+inline size_t vec_at(const Problem& p, bool q_side, int b, int h, int s) {
   if (p.varlen()) return size_t(h) * (q_side ? p.total_q() : p.total_k()) + (q_side ? p.cu_seqlens_q : p.cu_seqlens_k)[b] + s;
   return (size_t(b) * p.heads_q + h) * (q_side ? p.seqlen_q : p.seqlen_k) + s;
 }

@@ -99,7 +99,7 @@ TEST_CASE("lesson00: logits beyond the fp64 exp range need the row max subtracte
     } catch (const fa::NotImplemented& e) {
       FAIL(std::string(e.what()));
     }
-    fa::ref::Problem prob;
+    fa::Problem prob;
     prob.seqlen_q = prob.seqlen_k = n;
     prob.head_dim = d;
     prob.scale = p.scale;

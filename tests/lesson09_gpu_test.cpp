@@ -26,7 +26,7 @@ const char* const kPaths[] = {"fused", "outside", "small-tiles"};  // the declar
 
 Case rope_case(int sq, int sk, int d, DType t, bool causal) {
   Case c = fa::test::dense_case(sq, sk, d, t, causal);
-  c.rope = true;
+  c.rope_base = fa::kRopeBase;
   return c;
 }
 

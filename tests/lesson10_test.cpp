@@ -83,7 +83,7 @@ TEST_CASE("lesson10: the README worked example through the CPU model") {
   //   Q = [1 0; 1 1], K = [1 0; 0 1], V = [1 2; 3 -1], dO = [1 0; 0 1].
   // Every input is exact in fp16. O and the LSE are the forward's (fp64, O rounded to fp16, the
   // LSE to fp32), as the backward suite makes them.
-  fa::ref::Problem prob;
+  fa::Problem prob;
   prob.seqlen_q = prob.seqlen_k = prob.head_dim = 2;
   fa::ref::Inputs in;
   in.q = {1, 0, 1, 1};

@@ -12,7 +12,7 @@
 #include "fa/random.hpp"
 #include "reference.hpp"
 
-using fa::ref::Problem;
+using fa::Problem;
 
 namespace {
 

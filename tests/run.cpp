@@ -18,16 +18,15 @@ std::vector<Buffer*> outputs(Run& r, Direction pass) {
 }
 
 Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
-  if (c.varlen() && (c.bshd || c.rope || !c.sample_rows.empty()))
+  if (c.varlen() && (c.bshd || c.rope() || !c.sample_rows.empty()))
     throw std::invalid_argument("test case error: bshd, rope and sampled rows are for dense cases, not varlen");
-  const ref::Problem prob = c.problem();
   Run r;
   const size_t nq = in.q.size() * 2, nk = in.k.size() * 2;
   r.q = Buffer(lesson.memory, nq, "q");
   r.k = Buffer(lesson.memory, nk, "k");
   r.v = Buffer(lesson.memory, nk, "v");
   r.o = Buffer(lesson.memory, nq, "o");
-  r.lse = Buffer(lesson.memory, size_t(prob.total_q()) * c.heads_q * 4, "lse");
+  r.lse = Buffer(lesson.memory, size_t(c.total_q()) * c.heads_q * 4, "lse");
   if (c.bshd) {
     r.q.upload(to_bshd(in.q, c.batch, c.heads_q, c.seqlen_q, c.head_dim).data(), nq);
     r.k.upload(to_bshd(in.k, c.batch, c.heads_kv, c.seqlen_k, c.head_dim).data(), nk);
@@ -37,40 +36,28 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
     r.k.upload(in.k.data(), nk);
     r.v.upload(in.v.data(), nk);
   }
-  AttnParams& p = r.p;
-  p.batch = c.batch;
-  p.heads_q = c.heads_q;
-  p.heads_kv = c.heads_kv;
-  p.seqlen_q = c.seqlen_q;
-  p.seqlen_k = c.seqlen_k;
-  p.head_dim = c.head_dim;
-  p.dtype = c.dtype;
-  p.causal = c.causal;
-  p.scale = static_cast<float>(default_scale(c.head_dim));
+  AttnParams& p = r.p = params_for(c);  // shapes, scale and strides (bshd or packed too)
   p.variant = variant_of(lesson, c, Direction::kForward);
   p.q = r.q.data();
   p.k = r.k.data();
   p.v = r.v.data();
   p.o = r.o.data();
   p.lse = static_cast<float*>(r.lse.data());
-  if (c.varlen()) {  // before set_contiguous_strides: the strides of packed tensors
-    r.cu_q = Buffer(lesson.memory, prob.cu_seqlens_q.size() * 4, "cu_seqlens_q");
-    r.cu_k = Buffer(lesson.memory, prob.cu_seqlens_k.size() * 4, "cu_seqlens_k");
-    r.cu_q.upload(prob.cu_seqlens_q.data(), r.cu_q.bytes());
-    r.cu_k.upload(prob.cu_seqlens_k.data(), r.cu_k.bytes());
+  if (c.varlen()) {
+    r.cu_q = Buffer(lesson.memory, c.cu_seqlens_q.size() * 4, "cu_seqlens_q");
+    r.cu_k = Buffer(lesson.memory, c.cu_seqlens_k.size() * 4, "cu_seqlens_k");
+    r.cu_q.upload(c.cu_seqlens_q.data(), r.cu_q.bytes());
+    r.cu_k.upload(c.cu_seqlens_k.data(), r.cu_k.bytes());
     p.cu_seqlens_q = static_cast<const int*>(r.cu_q.data());
     p.cu_seqlens_k = static_cast<const int*>(r.cu_k.data());
-    p.total_q = prob.total_q();
-    p.total_k = prob.total_k();
   }
-  set_contiguous_strides(p);
   if (c.gate) {
     r.gate = Buffer(lesson.memory, in.g.size() * 4, "gate");
     r.gate.upload(in.g.data(), r.gate.bytes());
     p.gate = static_cast<const float*>(r.gate.data());
   }
-  if (c.rope) {
-    const RopeTables& t = r.rope = rope_tables(c.seqlen_k, c.head_dim);
+  if (c.rope()) {
+    const RopeTables& t = r.rope = rope_tables(c.seqlen_k, c.head_dim, c.rope_base);
     r.rope_cos = Buffer(lesson.memory, t.cos.size() * 4, "rope_cos");
     r.rope_sin = Buffer(lesson.memory, t.sin.size() * 4, "rope_sin");
     r.rope_cos.upload(t.cos.data(), t.cos.size() * 4);
@@ -78,13 +65,6 @@ Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in) {
     p.rope_cos = static_cast<const float*>(r.rope_cos.data());
     p.rope_sin = static_cast<const float*>(r.rope_sin.data());
     p.rope_positions = t.positions;
-  }
-  if (c.bshd) {
-    auto bshd = [&](int heads, int seqlen) {
-      return Strides{int64_t(seqlen) * heads * c.head_dim, c.head_dim, int64_t(heads) * c.head_dim};
-    };
-    p.q_stride = p.o_stride = bshd(c.heads_q, c.seqlen_q);
-    p.k_stride = p.v_stride = bshd(c.heads_kv, c.seqlen_k);
   }
   return r;
 }
@@ -134,7 +114,7 @@ std::string changed_input(const Case& c, const Run& r, const Inputs& in) {
 // 1-ulp change of one element moves a score by up to ~1e-4: the whole LSE tolerance.
 ref::Inputs reference_inputs(const Case& c, const Inputs& in, const RopeTables& t) {
   ref::Inputs r = in.values;
-  if (!c.rope) return r;
+  if (!c.rope()) return r;
   rope_rotate_rounded(r.q, c.head_dim, c.seqlen_q, c.seqlen_k - c.seqlen_q, t, c.dtype);
   rope_rotate_rounded(r.k, c.head_dim, c.seqlen_k, 0, t, c.dtype);
   return r;
@@ -148,7 +128,7 @@ bool all_bytes(const Buffer& b, uint8_t value) {
 }
 
 BackwardInputs::BackwardInputs(const Case& c, const Inputs& in) {
-  const ref::Forward f = ref::forward(c.problem(), in.values);
+  const ref::Forward f = ref::forward(c.reference_problem(), in.values);
   std::vector<double> unused;
   round_to(c.dtype, f.o, o, unused);
   lse.assign(f.lse.begin(), f.lse.end());

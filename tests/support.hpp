@@ -2,7 +2,8 @@
 // rounded to the storage type, and runs of a lesson with poisoned outputs, guard regions and an
 // fp64 reference comparison. One interface, used by every lesson's suite and by the mutants, written
 // by job: the cases and their inputs (cases.cpp), a run of one call (run.cpp, run.hpp), the
-// forward's verdicts (verdict.cpp) and the backward's (gradients.cpp).
+// forward's verdicts (verdict.cpp) and the backward's (gradients.cpp), and the reference
+// comparisons fa-bench shares (sampled.cpp).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fa/compare.hpp"
 #include "fa/params.hpp"
 #include "reference.hpp"
 
@@ -25,28 +27,22 @@ enum class Pattern {
 };
 const char* name(Pattern p);
 
-struct Case {
-  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
-  DType dtype = DType::kF16;
-  bool causal = false;
+// A case: a problem (fa/problem.hpp: shape, dtype, mask, varlen lengths, RoPE, gate, layout) and
+// how the suite runs it. RoPE is the course's (rope_base = kRopeBase, fp32 tables of seqlen_k
+// positions); the suite gives the reference the rotated inputs (reference_problem). Varlen: set the
+// lengths with set_lengths (one per sequence, 0: an empty sequence), which keeps batch and
+// seqlen_q/k in step; the tensors are then packed (total, heads, head_dim) with cu_seqlens.
+struct Case : Problem {
   Pattern pattern = Pattern::kRandn;  // the adversarial patterns are for dense cases
-  bool bshd = false;              // store tensors as (batch, seqlen, heads, head_dim) through strides (dense only)
-  bool rope = false;              // RoPE on Q and K: fp32 tables (fa::rope_tables, base 10000) of seqlen_k positions
-  std::vector<int> sample_rows;   // compare only these query rows (large problems, dense only); empty: all
-  // Varlen when not empty: one length per sequence (0: an empty sequence), packed (total, heads,
-  // head_dim) with cu_seqlens. Set them with set_lengths, which keeps batch and seqlen_q/k in step.
-  std::vector<int> lens_q, lens_k;
-  bool gate = false;              // the log-decay gate (causal only): g from make_inputs, dg checked by the backward
+  std::vector<int> sample_rows;       // compare only these query rows (large problems, dense only); empty: all
   // The lesson's variant to run, by name (LessonInfo::variants); "": FA_TEST_VARIANT's where it
   // applies to the case's pass and head dim, else the lesson's default.
   std::string variant;
 
-  bool varlen() const { return !lens_q.empty(); }
-  // Makes this a varlen case: batch becomes the number of sequences, seqlen_q and seqlen_k the
-  // longest (at least 1), as AttnParams holds them.
-  void set_lengths(const std::vector<int>& q, const std::vector<int>& k);
   std::string describe() const;
-  ref::Problem problem() const;
+  // What the reference computes: the problem without RoPE, since the suite hands it Q and K
+  // rotated already, as the kernel's tensor cores see them (reference_inputs).
+  Problem reference_problem() const;
 };
 
 // A dense case: `batch` batches of hq query heads on hkv K/V heads, seqlen_q x seqlen_k, random inputs.
@@ -104,6 +100,28 @@ Outcome check_backward(const LessonInfo& lesson, const Case& c, bool determinist
 // Deterministic mode (p.deterministic): three runs on the same inputs, bitwise identical (dQ, dK,
 // dV and dg).
 Outcome check_backward_deterministic(const LessonInfo& lesson, const Case& c);
+
+// ---- The reference comparisons themselves (tests/sampled.cpp), shared by the suites and fa-bench.
+// The forward: the reference's O and LSE for `prob` (the inputs as the reference takes them: Q and
+// K rotated already under RoPE), at `rows` of every (sequence, head) when given (dense problems:
+// large cases, fa-bench's sampled rows) or everywhere, compared with got_o and got_lse (in the
+// reference's layouts, only those rows when given) under the course tolerances; dims and names
+// label the reports.
+struct ForwardCheck {
+  ref::Forward want;
+  CompareReport o, lse;
+  bool ok() const { return o.ok && lse.ok; }
+};
+ForwardCheck compare_forward(const Problem& prob, const ref::Inputs& in, const std::vector<int>* rows, const std::vector<double>& got_o,
+                             const std::vector<double>& got_lse, const std::vector<int>& o_dims, const std::vector<std::string>& o_names,
+                             const std::vector<int>& lse_dims, const std::vector<std::string>& lse_names);
+// The gradients at sampled rows of one head of a dense problem `one` (fa-bench's check of a large
+// backward, where the suites' naive computation would not fit): got against want
+// (ref::backward_rows; dK and dV summed over the query heads of the group), dQ, dK and dV each
+// within gradient_tolerance(dtype, its largest |want|), dg at the last got.dg.size() key positions
+// within 4u of the sum of its terms' sizes (it cancels). "" when they match, else the reports.
+std::string compare_sampled_gradients(const Problem& one, const ref::SampledGradients& got, const ref::SampledGradients& want,
+                                      int q_rows, int k_rows, double* max_abs_err);
 
 // A test build of a lesson that skips work (FA_COUNT_TILES, fa/device.cuh) counts the tiles each
 // work tile visits: it must visit exactly the tiles that hold a pair its rows see (causal: up to

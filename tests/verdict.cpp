@@ -43,7 +43,6 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
     const std::vector<float> lse32 = r.lse.to_host<float>();
     std::vector<double> lse(lse32.begin(), lse32.end());
 
-    const ref::Problem prob = c.problem();
     const Tolerance otol = output_tolerance(c.dtype), ltol = lse_tolerance();
     Shape so = tensor_shape(c, true), sl = vector_shape(c, true);
     if (!c.sample_rows.empty()) {
@@ -67,15 +66,16 @@ Outcome check_forward(const LessonInfo& lesson, const Case& c) {
       so.dims[2] = sl.dims[2] = n;
       so.names[2] = sl.names[2] = "sampled row";
     }
-    const ref::Forward want = ref::forward(prob, reference_inputs(c, in, r.rope), c.sample_rows.empty() ? nullptr : &c.sample_rows);
-    const CompareReport ro = compare("O", o, want.o, otol, so.dims, so.names);
-    const CompareReport rl = compare("LSE", lse, want.lse, ltol, sl.dims, sl.names);
-    const bool ok = ro.ok && rl.ok;
+    const ForwardCheck check = compare_forward(c.reference_problem(), reference_inputs(c, in, r.rope),
+                                               c.sample_rows.empty() ? nullptr : &c.sample_rows, o, lse, so.dims, so.names, sl.dims, sl.names);
+    const ref::Forward& want = check.want;
+    const CompareReport &ro = check.o, &rl = check.lse;
+    const bool ok = check.ok();
     std::string why;
     if (!ok && hints_wanted()) {
       const ref::Inputs rotated = reference_inputs(c, in, r.rope);
       const std::vector<double> o_rows = c.varlen() ? heads_first(c, o) : o, want_rows = c.varlen() ? heads_first(c, want.o) : want.o;
-      why = format_hints(forward_hints({c, in.values, rotated, c.rope ? &r.rope : nullptr, o_rows, lse, want_rows, want.lse, otol, ltol}));
+      why = format_hints(forward_hints({c, in.values, rotated, c.rope() ? &r.rope : nullptr, o_rows, lse, want_rows, want.lse, otol, ltol}));
     }
     return Outcome{ok, false, c.describe() + "\n  " + ro.text + "\n  " + rl.text + why, ro.max_abs_err,
                    c.describe() + ": " + (ro.ok ? "" : ro.brief) + (ro.ok || rl.ok ? "" : "; ") + (rl.ok ? "" : rl.brief)};

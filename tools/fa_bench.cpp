@@ -8,7 +8,7 @@
 //
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
-// reference (the course tolerance), then times it with CUDA events: warm-up, the L2 flushed
+// reference (the course tolerance, through the suites' own comparison: tests/sampled.cpp), then times it with CUDA events: warm-up, the L2 flushed
 // before every repetition, the median reported. TFLOP/s counts 4 * head_dim FLOPs per visible
 // (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
 // of its instructions, measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
@@ -55,8 +55,8 @@
 #include <vector>
 
 #include "bench_device.hpp"
+#include "support.hpp"  // the suites' reference comparisons (tests/sampled.cpp)
 #include "fa/buffer.hpp"
-#include "fa/compare.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/half.hpp"
 #include "fa/params.hpp"
@@ -233,27 +233,17 @@ struct Row {
   double ms = 0, tflops = 0, pct = 0, max_err = 0;
 };
 
-// The reference's description of the call `p` (one shape for every head: the bench's q, k, v).
-fa::ref::Problem ref_problem(const fa::AttnParams& p) {
-  fa::ref::Problem prob;
-  prob.batch = p.batch;
-  prob.heads_q = p.heads_q;
-  prob.heads_kv = p.heads_kv;
-  prob.seqlen_q = p.seqlen_q;
-  prob.seqlen_k = p.seqlen_k;
-  prob.head_dim = p.head_dim;
-  prob.causal = p.causal;
-  prob.scale = p.scale;
-  return prob;
-}
-// p's problem cut to one head of one sequence of `len` tokens (seqlen_q = seqlen_k, as the bench's
-// cases are), with the gate when `gated`: what the validators copy out and check.
-fa::ref::Problem one_head_problem(const fa::AttnParams& p, int len, bool gated) {
-  fa::ref::Problem prob = ref_problem(p);
-  prob.batch = prob.heads_q = prob.heads_kv = 1;
-  prob.seqlen_q = prob.seqlen_k = len;
-  prob.gate = gated;
-  return prob;
+// Head h of sequence b of `prob` alone, `len` rows and keys (the bench's cases have seqlen_q =
+// seqlen_k): one dense head, what the validators copy out and give the reference, which is handed
+// Q and K rotated already (RoPE off), as the kernel's tensor cores see them.
+fa::Problem one_head(const fa::Problem& prob, int len) {
+  fa::Problem one = prob;
+  one.batch = one.heads_q = one.heads_kv = 1;
+  one.seqlen_q = one.seqlen_k = len;
+  one.cu_seqlens_q.clear();
+  one.cu_seqlens_k.clear();
+  one.rope_base = 0;
+  return one;
 }
 
 double median(std::vector<double> v) {
@@ -321,12 +311,12 @@ std::vector<int> sampled_rows(int len, const char* what) {
 // same inputs (query head h reads K/V head h / (heads_q / heads_kv); a varlen sequence b is rows
 // cu[b] .. cu[b + 1] of the packed tensors; `gate`, the host copy of g, or empty). Returns "" when
 // they match, else the comparison's report.
-std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
+std::string validate_head(const fa::Problem& problem, const fa::AttnParams& p, const fa::Buffer& q, const fa::Buffer& k, const fa::Buffer& v,
                           const fa::Buffer& o, const fa::Buffer& lse, const fa::RopeTables& tables,
                           const std::vector<float>& gate, const std::vector<int>& cu, int b, int h, double* max_err) {
   const Seq s = sequence(p, cu, b);
   const int hk = h / (p.heads_q / p.heads_kv), len = s.len;
-  const fa::ref::Problem prob = one_head_problem(p, len, !gate.empty());  // the one head (b, h) copied out below
+  const fa::Problem prob = one_head(problem, len);  // the one head (b, h) copied out below
   fa::ref::Inputs in{seq_values(p, q, p.heads_q, s, h), seq_values(p, k, p.heads_kv, s, hk), seq_values(p, v, p.heads_kv, s, hk),
                      seq_gate(p, gate, s, h)};
   if (p.rope_cos != nullptr) {
@@ -335,7 +325,6 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
     fa::rope_rotate_rounded(in.k, p.head_dim, p.seqlen_k, 0, tables, p.dtype);
   }
   const std::vector<int> rows = sampled_rows(len, "fa-bench rows");
-  const fa::ref::Forward want = fa::ref::forward(prob, in, &rows);
   const std::vector<double> o_all = seq_values(p, o, p.heads_q, s, h);
   const std::vector<double> lse_all = device_floats(static_cast<const float*>(lse.data()), row_index(p, s, h), len);
   std::vector<double> got_o, got_lse;
@@ -344,10 +333,11 @@ std::string validate_head(const fa::AttnParams& p, const fa::Buffer& q, const fa
     for (int d = 0; d < p.head_dim; ++d) got_o.push_back(o_all[size_t(r) * p.head_dim + d]);
   }
   const int n = static_cast<int>(rows.size());
-  const fa::CompareReport ro = fa::compare("O", got_o, want.o, fa::output_tolerance(p.dtype), {n, p.head_dim}, {"sampled row", "d"});
-  const fa::CompareReport rl = fa::compare("LSE", got_lse, want.lse, fa::lse_tolerance(), {n}, {"sampled row"});
+  const fa::test::ForwardCheck check =
+      fa::test::compare_forward(prob, in, &rows, got_o, got_lse, {n, p.head_dim}, {"sampled row", "d"}, {n}, {"sampled row"});
+  const fa::CompareReport &ro = check.o, &rl = check.lse;
   *max_err = std::max(*max_err, ro.max_abs_err);
-  if (ro.ok && rl.ok) return "";
+  if (check.ok()) return "";
   return std::string(p.is_varlen() ? "sequence" : "batch") + " " + std::to_string(b) + ", head " + std::to_string(h) + ": " +
          (ro.ok ? "" : ro.text + " ") + (rl.ok ? "" : rl.text);
 }
@@ -378,11 +368,11 @@ struct BackwardBuffers {
 // its K/V head (the sum over the query heads of its group), and, with the gate, dg of head h at the
 // last kGateCheckPositions keys, each element within 4u of the sum of its terms' sizes (dg cancels;
 // below). Returns "" when they match.
-std::string validate_backward_head(const fa::AttnParams& p, const BackwardBuffers& x, const std::vector<float>& gate,
+std::string validate_backward_head(const fa::Problem& problem, const fa::AttnParams& p, const BackwardBuffers& x, const std::vector<float>& gate,
                                    const std::vector<int>& cu, int b, int h, double* max_err) {
   const Seq s = sequence(p, cu, b);
   const int group = p.heads_q / p.heads_kv, hk = h / group, len = s.len, D = p.head_dim;
-  const fa::ref::Problem prob = one_head_problem(p, len, !gate.empty());
+  const fa::Problem prob = one_head(problem, len);
   const std::vector<int> qrows = sampled_rows(len, "fa-bench gradient rows"), krows = sampled_rows(len, "fa-bench gradient keys");
   const int dg_last = gate.empty() ? 0 : std::min(kGateCheckPositions, len);
   const std::vector<double> k = seq_values(p, x.k, p.heads_kv, s, hk), v = seq_values(p, x.v, p.heads_kv, s, hk);
@@ -406,41 +396,21 @@ std::string validate_backward_head(const fa::AttnParams& p, const BackwardBuffer
       want.dg_terms = one.dg_terms;
     }
   }
-  std::string bad;
-  auto check = [&](const char* name, const fa::Buffer& g, int heads, int head, const std::vector<int>& rows, const std::vector<double>& w) {
+  // The kernel's gradients at the same rows, and dg at the last dg_last positions.
+  auto rows_of = [&](const fa::Buffer& g, int heads, int head, const std::vector<int>& rows) {
     const std::vector<double> all = seq_values(p, g, heads, s, head);
-    std::vector<double> got;
-    double scale = 0;
+    std::vector<double> out;
     for (int r : rows)
-      for (int d = 0; d < D; ++d) got.push_back(all[size_t(r) * D + d]);
-    for (double e : w) scale = std::max(scale, std::fabs(e));
-    const int n = static_cast<int>(rows.size());
-    const fa::CompareReport rep = fa::compare(name, got, w, fa::gradient_tolerance(p.dtype, scale), {n, D}, {"sampled row", "d"});
-    *max_err = std::max(*max_err, rep.max_abs_err);
-    if (!rep.ok) bad += rep.text + " ";
+      for (int d = 0; d < D; ++d) out.push_back(all[size_t(r) * D + d]);
+    return out;
   };
-  check("dQ", x.dq, p.heads_q, h, qrows, want.dq);
-  check("dK", x.dk, p.heads_kv, hk, krows, want.dk);
-  check("dV", x.dv, p.heads_kv, hk, krows, want.dv);
-  if (dg_last > 0) {
-    // O and the LSE are the kernel's own, so its dS_ij differ from the reference's by fp32 rounding
-    // and at most their rounding to 16 bits: u |dS_ij|, or up to 2^-25 for a dS that is subnormal
-    // in fp16. So dg_t may be off by 4u x (the sum of |dS_ij| over its terms: dg_terms) + 2^-25 per
-    // term in fp16, and 2u |dg_t|. Its terms: every visible key of the rows at positions >= t, and
-    // every visible row of the keys >= t (seqlen_q = seqlen_k: row i sees i + 1 keys).
-    const std::vector<double> got =
-        device_floats(static_cast<const float*>(x.dgate.data()), row_index(p, s, h) + (len - dg_last), dg_last);
-    std::vector<double> atol = fa::terms_atol(p.dtype, want.dg_terms);
-    if (p.dtype == fa::DType::kF16)
-      for (int e = 0; e < dg_last; ++e) {
-        const double t = len - dg_last + e, m = len - t;  // positions t .. len - 1
-        atol[e] += 0x1p-25 * (m * (t + 1 + len) / 2 + m * (m + 1) / 2);
-      }
-    const fa::CompareReport rep = fa::compare("dg", got, want.dg, fa::gradient_terms_tolerance(p.dtype), {dg_last},
-                                              {"key - " + std::to_string(len - dg_last)}, &atol);
-    *max_err = std::max(*max_err, rep.max_abs_err);
-    if (!rep.ok) bad += rep.text + " ";
-  }
+  fa::ref::SampledGradients got;
+  got.dq = rows_of(x.dq, p.heads_q, h, qrows);
+  got.dk = rows_of(x.dk, p.heads_kv, hk, krows);
+  got.dv = rows_of(x.dv, p.heads_kv, hk, krows);
+  if (dg_last > 0) got.dg = device_floats(static_cast<const float*>(x.dgate.data()), row_index(p, s, h) + (len - dg_last), dg_last);
+  const std::string bad =
+      fa::test::compare_sampled_gradients(prob, got, want, int(qrows.size()), int(krows.size()), max_err);
   if (bad.empty()) return "";
   return std::string(p.is_varlen() ? "sequence " : "batch ") + std::to_string(b) + ", head " + std::to_string(h) + ": " + bad;
 }
@@ -541,16 +511,21 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
                  lesson.bench_limit_reason;
     return row;
   }
-  fa::AttnParams p;
-  p.batch = row.batch;
-  p.heads_q = row.heads;
-  p.heads_kv = row.heads / o.gqa;
-  p.seqlen_q = p.seqlen_k = seqlen;
-  p.head_dim = d;
-  p.dtype = t;
-  p.causal = causal != 0;
-  p.scale = static_cast<float>(fa::default_scale(d));
-  const size_t tokens = packed ? size_t(cu.back()) : size_t(p.batch) * seqlen;  // rows of the tensors
+  // The case (fa/problem.hpp): what the call runs; the validation's reference computes one head of
+  // it at a time (one_head), and the TFLOP/s count its visible pairs.
+  fa::Problem prob;
+  prob.batch = row.batch;
+  prob.heads_q = row.heads;
+  prob.heads_kv = row.heads / o.gqa;
+  prob.seqlen_q = prob.seqlen_k = seqlen;
+  prob.head_dim = d;
+  prob.dtype = t;
+  prob.causal = causal != 0;
+  prob.gate = o.gate;
+  prob.rope_base = o.rope ? fa::kRopeBase : 0;
+  if (packed) prob.cu_seqlens_q = prob.cu_seqlens_k = cu;
+  fa::AttnParams p = fa::params_for(prob);
+  const size_t tokens = size_t(prob.total_q());  // rows of the tensors
   const size_t n = tokens * p.heads_q * d, nkv = tokens * p.heads_kv * d;
   fa::Buffer q(fa::Memory::kDevice, n * 2, "q"), k(fa::Memory::kDevice, nkv * 2, "k"), v(fa::Memory::kDevice, nkv * 2, "v");
   fa::Buffer out(fa::Memory::kDevice, n * 2, "o"), lse(fa::Memory::kDevice, tokens * p.heads_q * 4, "lse");
@@ -563,14 +538,12 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
     cu_dev = fa::Buffer(fa::Memory::kDevice, cu.size() * 4, "cu_seqlens");
     cu_dev.upload(cu.data(), cu.size() * 4);
     p.cu_seqlens_q = p.cu_seqlens_k = static_cast<const int*>(cu_dev.data());
-    p.total_q = p.total_k = cu.back();
   }
   p.q = q.data();
   p.k = k.data();
   p.v = v.data();
   p.o = out.data();
   p.lse = static_cast<float*>(lse.data());
-  fa::set_contiguous_strides(p);
   // --gate: g = log sigmoid(x), x uniform in [2.25, 4.6]: g in [-0.1, -0.01]. Kept on the host
   // too, for the validation.
   std::vector<float> gate;
@@ -586,7 +559,7 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
   fa::Buffer rope_cos, rope_sin;
   fa::RopeTables tables;  // host copy of the tables, for validate_head
   if (o.rope) {
-    tables = fa::rope_tables(seqlen, d);
+    tables = fa::rope_tables(seqlen, d, prob.rope_base);
     rope_cos = fa::Buffer(fa::Memory::kDevice, tables.cos.size() * 4, "rope_cos");
     rope_sin = fa::Buffer(fa::Memory::kDevice, tables.sin.size() * 4, "rope_sin");
     rope_cos.upload(tables.cos.data(), tables.cos.size() * 4);
@@ -603,8 +576,8 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     for (const fa::Buffer* b : {&q, &k, &v, &out, &lse}) b->check_guards();
     if (o.gate) gate_dev.check_guards();
-    std::string bad = validate_head(p, q, k, v, out, lse, tables, gate, cu, 0, 0, &row.max_err);
-    if (bad.empty()) bad = validate_head(p, q, k, v, out, lse, tables, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
+    std::string bad = validate_head(prob, p, q, k, v, out, lse, tables, gate, cu, 0, 0, &row.max_err);
+    if (bad.empty()) bad = validate_head(prob, p, q, k, v, out, lse, tables, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
     if (!bad.empty()) {
       row.status = "WRONG: " + (o.bwd ? "the forward (" + std::string(fwd.id) + ") for --bwd: " : std::string()) + bad;
       return row;
@@ -639,8 +612,8 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
       if (o.gate)
         if (const size_t nf = not_finite_fp32(dgate)) bad += "dg: " + std::to_string(nf) + " elements NaN or inf (unwritten ones stay NaN) ";
       const BackwardBuffers bufs{q, k, v, out, lse, dout, dq, dk, dv, dgate};
-      if (bad.empty()) bad = validate_backward_head(p, bufs, gate, cu, 0, 0, &row.max_err);
-      if (bad.empty()) bad = validate_backward_head(p, bufs, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
+      if (bad.empty()) bad = validate_backward_head(prob, p, bufs, gate, cu, 0, 0, &row.max_err);
+      if (bad.empty()) bad = validate_backward_head(prob, p, bufs, gate, cu, p.batch - 1, p.heads_q - 1, &row.max_err);
       if (!bad.empty()) {
         row.status = "WRONG: " + bad;
         return row;
@@ -689,7 +662,7 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     row.ms = median(ms);
-    fa::ref::Problem counted = ref_problem(p);
+    fa::Problem counted = prob;
     counted.cu_seqlens_q = counted.cu_seqlens_k = cu;  // --varlen: the real sequences' pairs, packed or padded
     const double flops = (o.bwd ? 2.5 : 1.0) * 4.0 * d * fa::ref::visible_pairs(counted);
     row.tflops = flops / (row.ms * 1e-3) / 1e12;

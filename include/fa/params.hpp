@@ -10,11 +10,10 @@
 
 #include <cuda_runtime_api.h>  // cudaStream_t
 
+#include "fa/problem.hpp"  // fa::Problem, fa::DType
+
 namespace fa {
 
-enum class DType { kF16, kBF16 };
-inline const char* name(DType t) { return t == DType::kF16 ? "fp16" : "bf16"; }
-inline int bytes_of(DType) { return 2; }  // both storage types are 16-bit
 
 // Where a lesson reads and writes its tensors: lesson 00 works on the host, the rest on the GPU.
 enum class Memory { kHost, kDevice };
@@ -86,6 +85,12 @@ double default_scale(int head_dim);
 // Fills the strides of contiguous (batch, heads, seqlen, head_dim) tensors, or of packed
 // (total, heads, head_dim) ones when p.is_varlen().
 void set_contiguous_strides(AttnParams& p);
+
+// A kernel call's params for `prob`: its shapes, storage type, mask and scale, total_q and total_k
+// (varlen), and the strides of its layout (contiguous, packed when varlen, or (batch, seqlen,
+// heads, head_dim) when prob.bshd). The caller adds the pointers (and cu_seqlens, the gate's and
+// RoPE's), the variant and the backward's flags.
+AttnParams params_for(const Problem& prob);
 
 using ForwardFn = void (*)(const AttnParams&, cudaStream_t);
 using BackwardFn = void (*)(const AttnParams&, cudaStream_t);
