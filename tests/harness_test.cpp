@@ -157,6 +157,50 @@ fa::AttnParams valid_params() {
 }
 }  // namespace
 
+TEST_CASE("harness: the shared reference comparisons pass the reference's own answer and name what is wrong") {
+  // fa-bench's checks go through these (tests/sampled.cpp): they must accept the right answer and
+  // reject one wrong element of each tensor, naming it.
+  fa::Problem one;
+  one.head_dim = 8;
+  one.seqlen_q = one.seqlen_k = 12;
+  one.causal = one.gate = true;
+  fa::Rng rng(7);
+  auto randn = [&](size_t n) {
+    std::vector<double> x(n);
+    for (double& e : x) e = rng.normal();
+    return x;
+  };
+  fa::ref::Inputs in{randn(96), randn(96), randn(96), std::vector<double>(12, -0.05)};
+  const fa::ref::Forward f = fa::ref::forward(one, in);
+  const std::vector<int> rows = {0, 5, 11};
+  std::vector<double> o, lse;
+  for (int r : rows) {
+    lse.push_back(f.lse[size_t(r)]);
+    for (int d = 0; d < 8; ++d) o.push_back(f.o[size_t(r) * 8 + d]);
+  }
+  const std::vector<int> od = {3, 8}, ld = {3};
+  const std::vector<std::string> on = {"sampled row", "d"}, ln = {"sampled row"};
+  CHECK(fa::test::compare_forward(one, in, &rows, o, lse, od, on, ld, ln).ok());
+  o[9] += 0.05;
+  const fa::test::ForwardCheck bad = fa::test::compare_forward(one, in, &rows, o, lse, od, on, ld, ln);
+  CHECK_FALSE(bad.o.ok);
+  CHECK(bad.lse.ok);
+
+  const std::vector<double> dout = randn(96);
+  const fa::ref::SampledGradients want = fa::ref::backward_rows(one, in, dout, f.o, f.lse, rows, rows, 4);
+  double err = 0;
+  CHECK(fa::test::compare_sampled_gradients(one, want, want, 3, 3, &err).empty());
+  for (const char* t : {"dQ", "dK", "dV", "dg"}) {
+    fa::ref::SampledGradients got = want;
+    std::vector<double>& x = std::string(t) == "dQ" ? got.dq : std::string(t) == "dK" ? got.dk : std::string(t) == "dV" ? got.dv : got.dg;
+    x[1] += 0.05 + 0.05 * std::fabs(x[1]);
+    const std::string report = fa::test::compare_sampled_gradients(one, got, want, 3, 3, &err);
+    INFO(t, ": ", report);
+    CHECK(report.find(t) != std::string::npos);
+    CHECK(report.find("MISMATCH") != std::string::npos);
+  }
+}
+
 TEST_CASE("harness: validation rejects bad input before any launch") {
   const fa::LessonInfo lesson = fake_lesson();
   g_launches = 0;
