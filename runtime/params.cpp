@@ -8,19 +8,22 @@ namespace fa {
 
 double default_scale(int head_dim) { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 
-void set_contiguous_strides(AttnParams& p) {
-  auto packed = [&](int heads) { return Strides{0, p.head_dim, int64_t(heads) * p.head_dim}; };
-  auto dense = [&](int heads, int seqlen) {
-    return Strides{int64_t(heads) * seqlen * p.head_dim, int64_t(seqlen) * p.head_dim, p.head_dim};
+namespace {
+// Every tensor's strides: packed (total, heads, head_dim) when varlen, else (batch, heads, seqlen,
+// head_dim), or (batch, seqlen, heads, head_dim) when bshd. O, dO and dQ as Q; dK, dV and V as K.
+void set_strides(AttnParams& p, bool varlen, bool bshd) {
+  const int d = p.head_dim;
+  auto of = [&](int heads, int seqlen) {
+    if (varlen) return Strides{0, d, int64_t(heads) * d};
+    if (bshd) return Strides{int64_t(seqlen) * heads * d, d, int64_t(heads) * d};
+    return Strides{int64_t(heads) * seqlen * d, int64_t(seqlen) * d, d};
   };
-  if (p.is_varlen()) {
-    p.q_stride = p.o_stride = p.do_stride = p.dq_stride = packed(p.heads_q);
-    p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = packed(p.heads_kv);
-  } else {
-    p.q_stride = p.o_stride = p.do_stride = p.dq_stride = dense(p.heads_q, p.seqlen_q);
-    p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = dense(p.heads_kv, p.seqlen_k);
-  }
+  p.q_stride = p.o_stride = p.do_stride = p.dq_stride = of(p.heads_q, p.seqlen_q);
+  p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = of(p.heads_kv, p.seqlen_k);
 }
+}  // namespace
+
+void set_contiguous_strides(AttnParams& p) { set_strides(p, p.is_varlen(), false); }
 
 AttnParams params_for(const Problem& prob) {
   AttnParams p;
@@ -33,19 +36,11 @@ AttnParams params_for(const Problem& prob) {
   p.dtype = prob.dtype;
   p.causal = prob.causal;
   p.scale = static_cast<float>(prob.softmax_scale());
-  const int d = prob.head_dim;
-  auto packed = [&](int heads) { return Strides{0, d, int64_t(heads) * d}; };
-  auto dense = [&](int heads, int seqlen) {
-    return prob.bshd ? Strides{int64_t(seqlen) * heads * d, d, int64_t(heads) * d} : Strides{int64_t(heads) * seqlen * d, int64_t(seqlen) * d, d};
-  };
   if (prob.varlen()) {
     p.total_q = prob.total_q();
     p.total_k = prob.total_k();
   }
-  const Strides sq = prob.varlen() ? packed(prob.heads_q) : dense(prob.heads_q, prob.seqlen_q);
-  const Strides sk = prob.varlen() ? packed(prob.heads_kv) : dense(prob.heads_kv, prob.seqlen_k);
-  p.q_stride = p.o_stride = p.do_stride = p.dq_stride = sq;
-  p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = sk;
+  set_strides(p, prob.varlen(), prob.bshd);
   return p;
 }
 

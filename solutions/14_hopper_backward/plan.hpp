@@ -125,7 +125,7 @@ constexpr Knobs knobs() {
 }
 constexpr Knobs knobs_of(int variant, int d) {
   const bool k64 = d == 64;
-  Knobs k{k64 ? 4 : 2, 2, k64, k64};  // Default<d>
+  Knobs k = k64 ? knobs<Default<64>>() : knobs<Default<128>>();
   switch (variant) {
     case kStages2: k.stages = k64 ? 2 : 0; break;
     case kStages3: k.stages = 3, k.dq_buffers = k64 ? 2 : 1; break;
