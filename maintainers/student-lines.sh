@@ -16,7 +16,9 @@
 # .cuh: when its kernel.cu was split into sequences.cuh, forward.cuh and backward.cuh (the same
 # code, the same SASS), the count took in the headers; their includes, TODO lists and opening
 # comments added 65 lines to the 1,298 of the one kernel.cu, and both debts moved with them (the
-# one time they rose: the split the issue asks for, not more code to understand).
+# one time they rose: the split the issue asks for, not more code to understand). They fell when
+# lesson 12's kernels took lessons 08 and 11's steps of a tile (attention.cuh, dkdv.cuh) instead of
+# copies of them.
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
 set -uo pipefail
@@ -27,8 +29,8 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # Known debts (see the header): the most each may be until the seams are cut.
-debt_l12_lesson=1836    # lesson 12's own code plus new headers (1,790 before the split's 65 lines)
-debt_l12_cu=1352        # lesson 12's skeleton kernel files (.cu and .cuh)
+debt_l12_lesson=1623    # lesson 12's own code plus new headers
+debt_l12_cu=1139        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -191,6 +192,9 @@ using TodoList = std::vector<const char*>;
 // Throws NotImplemented("lesson NN not implemented yet: <first TODO>  (... when you have written it,
 // delete its line from kTodosLeft in <file>)") if `todos` is not empty.
 void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
+// The same over several files' lists of one lesson, whose numbers interleave (kernel.cu's TODOs 4
+// and 5, then a header's 6): the TODO left with the lowest number is the one named.
+void throw_if_todos_left(const char* lesson_id, std::initializer_list<const TodoList*> lists);
 
 // Checks `p` against what `lesson` supports and against the rules every call obeys (shapes,
 // pointers, alignment, 32-bit offsets, the variant, the launch limits). Throws InvalidArgument

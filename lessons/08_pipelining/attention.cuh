@@ -43,6 +43,121 @@ struct PlainLoads {
   __device__ __forceinline__ static void key_tile_landed(const fa::AttnParams&, T*, int) {}
 };
 
+// ---- The steps of one key sub-tile, for a warp of kMT m16 tiles of rows (lesson 12's kernel runs
+// them too). A thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
+// columns 2 t and 2 t + 1 (t = lane % 4): lesson 07's accumulator layout.
+
+// S = Q K^T for the warp's kMT x (kSub / 8) accumulator tiles (lesson 07, with swizzled addresses:
+// q_off and k_off are the lane's ldmatrix offsets, kj the sub-tile's first key in shared memory).
+template <class T, int D, int kMT, int kSub>
+__device__ __forceinline__ void scores(float (&s)[kMT][kSub / 8][4], uint32_t q_addr, uint32_t q_off, uint32_t kj,
+                                       uint32_t k_off) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) fa::ldmatrix_x4(qa[mt], q_addr + ((q_off ^ (32 * kk)) + mt * 32 * D));
+#pragma unroll
+    for (int nj = 0; nj < kSub / 16; ++nj) {
+      uint32_t kb[4];
+      fa::ldmatrix_x4(kb, kj + ((k_off ^ (32 * kk)) + nj * 32 * D));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        fa::mma_m16n8k16<T>(s[mt][2 * nj], qa[mt], kb[0], kb[1]);
+        fa::mma_m16n8k16<T>(s[mt][2 * nj + 1], qa[mt], kb[2], kb[3]);
+      }
+    }
+  }
+}
+
+// The online softmax on fragments (lesson 05, base 2): a row's values are spread over the 4 lanes
+// of a quad. S (in score units, scaled by `scale` into base 2) becomes P in place; m is the running
+// max in score units, l this thread's part of the row sum (P's sums are added by accumulate_pv),
+// and O is rescaled by alpha when a row's max moves.
+template <int kMT, int kNT, int kDT>
+__device__ __forceinline__ void online_softmax(float (&s)[kMT][kNT][4], float (&m)[kMT][2], float (&l)[kMT][2],
+                                               float (&o)[kMT][kDT][4], float scale) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = m[mt][hh];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+      mx = fa::group_max<4>(mx);
+      // A row with nothing visible yet keeps m = -inf; subtract 0 then, never -inf - -inf.
+      const float m_scaled = mx == fa::kNegInf ? 0.f : mx * scale;
+      const float alpha = fa::ex2(m[mt][hh] * scale - m_scaled);
+      m[mt][hh] = mx;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 2 * hh; e < 2 * hh + 2; ++e) s[mt][nt][e] = fa::ex2(fmaf(s[mt][nt][e], scale, -m_scaled));
+      l[mt][hh] *= alpha;  // the new P's row sums are added by accumulate_pv, as P is packed
+      // Once the running max has settled, most tiles leave every row's max unchanged (alpha = 1
+      // exactly): skip the 2 kDT multiplications unless some row of the warp needs them.
+      if (__any_sync(0xffffffffu, alpha != 1.f)) {
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
+      }
+    }
+}
+
+// O += P V: the S accumulators of keys 16 kc .. 16 kc + 15 are P's A fragment (lesson 07), rounded
+// to T and packed two values a register; V's B fragments with ldmatrix .trans from the sub-tile at
+// vj. The row sums are taken here too, where each value of P is used for the last time (summed in
+// the softmax, they kept S's registers busy longer, and the kernels are at the 255-register limit).
+template <class T, int D, int kMT, int kSub>
+__device__ __forceinline__ void accumulate_pv(const float (&s)[kMT][kSub / 8][4], float (&l)[kMT][2],
+                                              float (&o)[kMT][D / 8][4], uint32_t vj, uint32_t v_off) {
+#pragma unroll
+  for (int kc = 0; kc < kSub / 16; ++kc) {
+    uint32_t pa[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      l[mt][0] += (s[mt][2 * kc][0] + s[mt][2 * kc][1]) + (s[mt][2 * kc + 1][0] + s[mt][2 * kc + 1][1]);
+      l[mt][1] += (s[mt][2 * kc][2] + s[mt][2 * kc][3]) + (s[mt][2 * kc + 1][2] + s[mt][2 * kc + 1][3]);
+      pa[mt][0] = fa::pack2<T>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+      pa[mt][1] = fa::pack2<T>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+      pa[mt][2] = fa::pack2<T>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+      pa[mt][3] = fa::pack2<T>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t vb[4];
+      fa::ldmatrix_x4_trans(vb, vj + ((v_off ^ (32 * dn)) + kc * 32 * D));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        fa::mma_m16n8k16<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
+        fa::mma_m16n8k16<T>(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
+      }
+    }
+  }
+}
+
+// The epilogue: one division per row, the quad's partial sums added first; O rounded to T and the
+// LSE (natural log, +inf for a row that saw no key) stored for the rows below len_q. The warp's
+// first row is row0() (read per row) and row r's LSE goes to lse[r].
+template <class T, int kMT, int kDT, class Row0>
+__device__ __forceinline__ void store_o(const float (&o)[kMT][kDT][4], const float (&m)[kMT][2], const float (&l)[kMT][2],
+                                        T* obase, int64_t o_row, float* lse, Row0 row0, int len_q, float scale, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float sum = fa::group_sum<4>(l[mt][hh]);
+      const int row = row0() + mt * 16 + g + 8 * hh;
+      if (row >= len_q) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      T* orow = obase + row * o_row;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) = fa::pack2<T>(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
+      if (t == 0) lse[row] = sum > 0.f ? (m[mt][hh] * scale + log2f(sum)) * kLn2 : INFINITY;
+    }
+}
+
 // The kernel of one configuration. Warp w owns query rows w * kWarpRows .. + kWarpRows - 1 of the
 // block, as kMT m16 tiles; each thread holds, per m16 tile, two rows (lane / 4 and lane / 4 + 8).
 template <class T, int D, int kRows, int kKeys, int kSub, int kWarps, int kStages, int kBlocksPerSM, class Loads = PlainLoads>
@@ -119,25 +234,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
     // sub-tile's registers at a time.
 #pragma unroll 1
     for (int sub = 0; sub < kKeys / kSub; ++sub) {
-    // S = Q K^T for the warp's kMT x kNT accumulator tiles (lesson 07, with swizzled addresses).
+    // S = Q K^T for the warp's kMT x kNT accumulator tiles.
     const uint32_t kj = k_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
     float s[kMT][kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) fa::ldmatrix_x4(qa[mt], q_addr + ((q_off ^ (32 * kk)) + mt * 32 * D));
-#pragma unroll
-      for (int nj = 0; nj < kSub / 16; ++nj) {
-        uint32_t kb[4];
-        fa::ldmatrix_x4(kb, kj + ((k_off ^ (32 * kk)) + nj * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(s[mt][2 * nj], qa[mt], kb[0], kb[1]);
-          fa::mma_m16n8k16<T>(s[mt][2 * nj + 1], qa[mt], kb[2], kb[3]);
-        }
-      }
-    }
+    scores<T, D, kMT, kSub>(s, q_addr, q_off, kj, k_off);
 
     if (j >= n_full) {  // a diagonal or tail tile: -inf where the key is past the end or the mask
 #pragma unroll
@@ -152,82 +252,15 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
           }
     }
 
-    // The online softmax on fragments: a row's values are spread over the 4 lanes of a quad.
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = m[mt][hh];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
-        mx = fa::group_max<4>(mx);
-        // A row with nothing visible yet keeps m = -inf; subtract 0 then, never -inf - -inf.
-        const float m_scaled = mx == fa::kNegInf ? 0.f : mx * sl2;
-        const float alpha = fa::ex2(m[mt][hh] * sl2 - m_scaled);
-        m[mt][hh] = mx;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 2 * hh; e < 2 * hh + 2; ++e) s[mt][nt][e] = fa::ex2(fmaf(s[mt][nt][e], sl2, -m_scaled));
-        l[mt][hh] *= alpha;  // the new P's row sums are added below, as P is packed
-        // Once the running max has settled, most tiles leave every row's max unchanged (alpha = 1
-        // exactly): skip the 2 kDT multiplications unless some row of the warp needs them.
-        if (__any_sync(0xffffffffu, alpha != 1.f)) {
-#pragma unroll
-          for (int dt = 0; dt < kDT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
-        }
-      }
-
-    // O += P V: the S accumulators of keys 16 kc .. 16 kc + 15 are P's A fragment (lesson 07),
-    // rounded to T and packed two values a register. The row sums are taken here too, where each
-    // value of P is used for the last time (summed in the softmax loop above, they kept S's
-    // registers busy longer, and this kernel is at the 255-register limit).
-    const uint32_t vj = v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
-#pragma unroll
-    for (int kc = 0; kc < kSub / 16; ++kc) {
-      uint32_t pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        l[mt][0] += (s[mt][2 * kc][0] + s[mt][2 * kc][1]) + (s[mt][2 * kc + 1][0] + s[mt][2 * kc + 1][1]);
-        l[mt][1] += (s[mt][2 * kc][2] + s[mt][2 * kc][3]) + (s[mt][2 * kc + 1][2] + s[mt][2 * kc + 1][3]);
-        pa[mt][0] = fa::pack2<T>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-        pa[mt][1] = fa::pack2<T>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-        pa[mt][2] = fa::pack2<T>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-        pa[mt][3] = fa::pack2<T>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-      }
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t vb[4];
-        fa::ldmatrix_x4_trans(vb, vj + ((v_off ^ (32 * dn)) + kc * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
-          fa::mma_m16n8k16<T>(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
-        }
-      }
-    }
+    online_softmax(s, m, l, o, sl2);
+    accumulate_pv<T, D, kMT, kSub>(s, l, o, v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2, v_off);
     }  // sub
   }
   fa::cp_async_wait<0>();  // nothing may be in flight when the block exits
 
-  // One division per row at the end; the quad's partial sums are added first.
   T* obase = static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float sum = fa::group_sum<4>(l[mt][hh]);
-      const int row = q0 + warp * kWarpRows + mt * 16 + g + 8 * hh;
-      if (row >= p.seqlen_q) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      T* orow = obase + row * p.o_stride.row;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) =
-            fa::pack2<T>(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
-      if (t == 0)
-        p.lse[static_cast<int64_t>(bh) * p.seqlen_q + row] = sum > 0.f ? (m[mt][hh] * sl2 + log2f(sum)) * kLn2 : INFINITY;
-    }
+  store_o(o, m, l, obase, p.o_stride.row, p.lse + static_cast<int64_t>(bh) * p.seqlen_q, [&] { return q0 + warp * kWarpRows; },
+          p.seqlen_q, sl2, lane);
 }
 
 }  // namespace lesson08

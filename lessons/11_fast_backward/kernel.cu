@@ -21,6 +21,7 @@
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
+#include "dkdv.cuh"
 #include "fa/params.hpp"
 #include "tiles.hpp"
 
@@ -36,9 +37,7 @@ const fa::TodoList kTodosLeft = {
     "TODO(3) in kernel.cu: D_i: if i < seqlen_q, load this thread's 8 values of dO_i and O_i (one uint4 each,",
     "TODO(4) in kernel.cu: the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the",
     "TODO(5) in kernel.cu: P^T and dS^T in place: s[kt][nt][e] (key tile kt; key and row from lesson11::st_element) becomes",
-    "TODO(6) in kernel.cu: dV += P^T dO and dK += dS^T Q: for each k16 step kc over the rows, P^T's and dS^T's",
-    "TODO(7) in kernel.cu: wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the",
-    "TODO(8) in kernel.cu: dS = P (dP - D) for the warp's rows, P = exp2(s * scale * log2(e) - LSE2) and 0",
+    "TODO(8) in kernel.cu: dS = P (dP - D) in dp for the warp's rows, P = exp2(s * scale * log2(e) - LSE2)",
 };
 
 // Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
@@ -118,15 +117,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
   const float sl2 = p.scale * fa::kLog2e;
-  // ldmatrix byte offsets (lesson 08's patterns; step k along the columns is an XOR with 32 k):
-  //   a_off: A operand, the warp's first 16 rows of K or V (row-major m16 x k16; the next
-  //          key tile is 16 rows, 32 D bytes, further);
-  //   b_off: B operand from a [n][k] tile (Q or dO for S^T = K Q^T and dP^T = V dO^T);
-  //   t_off: B operand from a [k][n] tile with .trans (dO for dV, Q for dK, K for dQ).
+  // ldmatrix byte offsets (dkdv.cuh): A from the warp's first 16 keys of K or V; B from Q or dO
+  // for S^T = K Q^T and dP^T = V dO^T; .trans B from dO for dV, Q for dK, K for dQ.
   const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
   const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const lesson11::Offsets off{a_off, b_off, t_off};
 
   for (int it = 0; it < n_iter; ++it) {
     if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
@@ -144,82 +141,29 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll 1
     for (int sub = 0; sub < kRows / kSub; ++sub) {
     const int r0 = sub * kSub;  // the step's first row within the tile
-    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows: each Q
-    // and dO fragment read feeds kKT mma.
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows.
     float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
-    // Unrolled, but on sm_120 (GeForce RTX 50): there the deterministic kernel with 32 keys a warp
-    // spills (ptxas wants more than 255 registers) unless this loop stays rolled. Every other GPU
-    // gets the unrolled loop (sm_80 and sm_90 fit in 255 registers).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[kKT][4], va[kKT][4];
-#pragma unroll
-      for (int kt = 0; kt < kKT; ++kt) {
-        fa::ldmatrix_x4(ka[kt], k_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
-        fa::ldmatrix_x4(va[kt], v_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
-      }
-#pragma unroll
-      for (int nj = 0; nj < kSub / 16; ++nj) {
-        uint32_t qb[4], ob[4];
-        fa::ldmatrix_x4(qb, q_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
-        fa::ldmatrix_x4(ob, do_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
-#pragma unroll
-        for (int kt = 0; kt < kKT; ++kt) {
-          fa::mma_m16n8k16<T>(s[kt][2 * nj], ka[kt], qb[0], qb[1]);
-          fa::mma_m16n8k16<T>(s[kt][2 * nj + 1], ka[kt], qb[2], qb[3]);
-          fa::mma_m16n8k16<T>(dp[kt][2 * nj], va[kt], ob[0], ob[1]);
-          fa::mma_m16n8k16<T>(dp[kt][2 * nj + 1], va[kt], ob[2], ob[3]);
-        }
-      }
-    }
+    lesson11::transposed_scores<T, D, kKT, kSub>(s, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
 
     // TODO(5): P^T and dS^T in place: s[kt][nt][e] (key tile kt; key and row from lesson11::st_element) becomes
     //   P = exp2(s * scale * log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s), set to 0 where the
     //   tile needs the mask (lesson11::needs_mask) and the key is past seqlen_k or masked; then
     //   dp[kt][nt][e] becomes dS = P * (dP - D[row]) (D from delta_s).
 
-    // TODO(6): dV += P^T dO and dK += dS^T Q: for each k16 step kc over the rows, P^T's and dS^T's
-    //   A fragments from s and dp (lesson 07's accumulator -> A repacking, fa::pack2<T>), dO and Q
-    //   as B fragments with ldmatrix .trans at t_off; with kAtomicDq, also store dS^T's fragments
-    //   to sdS (kKeys x kRows, swizzled: tile_offset(key, row, kRows)) for the dQ product.
+    // dV += P^T dO and dK += dS^T Q (dkdv.cuh), and with kAtomicDq dS^T to sdS.
+    lesson11::accumulate_dkdv<T, D, kKT, kSub, kRows, kAtomicDq>(s, dp, dk, dv, sdS, q_addr, do_addr, off, r0, warp, lane);
     }  // sub
 
-    if constexpr (kAtomicDq) {
-      // dQ (kRows x D) += dS (kRows x kKeys) K (kKeys x D): the warps as 2 x (kWarps / 2), each a
-      // (kRows / 2)-row by kDW-column piece (kMQ m16 tiles), summed over the tile's keys, then
-      // added to the fp32 buffer. Two warps down and the rest across reads the fewest fragments.
-      constexpr int kNW = kWarps / 2, kDW = D / kNW, kMQ = kRows / 32;
-      const int mw = warp % 2, nw = warp / 2;
-      // TODO(7): wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the
-      //   kKeys / 16 key steps: dS's A fragments with ldmatrix .trans from sdS (it is stored
-      //   transposed: lesson11::ldmatrix_a_trans), K's B fragments with .trans at t_off (columns
-      //   nw * kDW onwards); then add acc to dq_accum ((batch, heads_q, seqlen_q, D) fp32) with
-      //   atomicAdd, rows < seqlen_q only.
-    }
+    if constexpr (kAtomicDq)  // dQ += dS K, added to the fp32 sums (dkdv.cuh)
+      lesson11::atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, q0, warp, lane, dq_accum,
+                                                       [&] { return (int64_t(b) * p.heads_q + h) * p.seqlen_q; },
+                                                       [&] { return p.seqlen_q; });
   }
   fa::cp_async_wait<0>();
 
-  // dK = scale dS^T Q (the scale once, here) and dV, rounded once; keys past seqlen_k are not stored.
   T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
   T* dvb = static_cast<T*>(p.dv) + b * p.dv_stride.batch + hk * p.dv_stride.head;
-#pragma unroll
-  for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int key = k0 + 16 * (kKT * warp + kt) + g + 8 * hh;
-    if (key >= p.seqlen_k) continue;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-      *reinterpret_cast<uint32_t*>(dkb + key * p.dk_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(dk[kt][dt][2 * hh] * p.scale, dk[kt][dt][2 * hh + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dvb + key * p.dv_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
-    }
-  }
+  lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, k0, p.seqlen_k, p.scale, warp, lane);
 }
 
 // dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread.
@@ -292,6 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
   const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const lesson11::Offsets off{a_off, b_off, t_off};
 
   for (int j = 0; j < n_tiles; ++j) {
     fa::cp_async_wait<0>();
@@ -304,40 +249,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
     fa::cp_async_commit();
     const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
 
-    // S = Q K^T and dP = dO V^T for the warp's 16 rows.
+    // S = Q K^T and dP = dO V^T for the warp's 16 rows (dkdv.cuh).
     float s[kNT][4] = {}, dp[kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[4], oa[4];
-      fa::ldmatrix_x4(qa, q_addr + (a_off ^ (32 * kk)));
-      fa::ldmatrix_x4(oa, do_addr + (a_off ^ (32 * kk)));
-#pragma unroll
-      for (int nj = 0; nj < kKeys / 16; ++nj) {
-        uint32_t kb[4], vb[4];
-        fa::ldmatrix_x4(kb, kj + ((b_off ^ (32 * kk)) + nj * 32 * D));
-        fa::mma_m16n8k16<T>(s[2 * nj], qa, kb[0], kb[1]);
-        fa::mma_m16n8k16<T>(s[2 * nj + 1], qa, kb[2], kb[3]);
-        fa::ldmatrix_x4(vb, vj + ((b_off ^ (32 * kk)) + nj * 32 * D));
-        fa::mma_m16n8k16<T>(dp[2 * nj], oa, vb[0], vb[1]);
-        fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
-      }
-    }
-    // TODO(8): dS = P (dP - D) for the warp's rows, P = exp2(s * scale * log2(e) - LSE2) and 0
-    //   where j >= n_full and the key is past seqlen_k or masked; then dQ += dS K with dS's A
-    //   fragment packed from registers and K's B fragment with ldmatrix .trans at t_off.
+    lesson11::scores<T, D, kKeys>(s, dp, q_addr, do_addr, kj, vj, off);
+    // TODO(8): dS = P (dP - D) in dp for the warp's rows, P = exp2(s * scale * log2(e) - LSE2)
+    //   and 0 where j >= n_full and the key is past seqlen_k or masked.
+    lesson11::accumulate_dq<T, D, kKeys>(dp, acc, kj, off);  // dQ += dS K (dkdv.cuh)
   }
   fa::cp_async_wait<0>();
 
   T* dqb = static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = q0 + 16 * warp + g + 8 * hh;
-    if (row >= p.seqlen_q) continue;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
-      *reinterpret_cast<uint32_t*>(dqb + row * p.dq_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(acc[dt][2 * hh] * p.scale, acc[dt][2 * hh + 1] * p.scale);
-  }
+  lesson11::store_dq<T>(acc, dqb, p.dq_stride.row, [&] { return q0 + 16 * warp; }, p.seqlen_q, p.scale, lane);
 }
 
 using lesson11::kDqKeys;  // the dQ pass's tiles (tiles.hpp): 64 rows x 64 keys, 4 warps
@@ -393,7 +315,7 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
   lesson08::throw_if_copy_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
-  fa::throw_if_todos_left("11_fast_backward", kTodosLeft);
+  fa::throw_if_todos_left("11_fast_backward", {&kTodosLeft, &lesson11::kDkdvTodosLeft});
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));

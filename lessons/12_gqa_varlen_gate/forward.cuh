@@ -3,6 +3,7 @@
 // gate. Part of kernel.cu, which alone includes it.
 #pragma once
 
+#include "../08_pipelining/attention.cuh"  // lesson 08's steps of one key sub-tile
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
@@ -119,22 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
     for (int sub = 0; sub < kKeys / kSub; ++sub) {
     const uint32_t kj = k_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
     float sacc[kMT][kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) fa::ldmatrix_x4(qa[mt], q_addr + ((q_off ^ (32 * kk)) + mt * 32 * D));
-#pragma unroll
-      for (int nj = 0; nj < kSub / 16; ++nj) {
-        uint32_t kb[4];
-        fa::ldmatrix_x4(kb, kj + ((k_off ^ (32 * kk)) + nj * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(sacc[mt][2 * nj], qa[mt], kb[0], kb[1]);
-          fa::mma_m16n8k16<T>(sacc[mt][2 * nj + 1], qa[mt], kb[2], kb[3]);
-        }
-      }
-    }
+    lesson08::scores<T, D, kMT, kSub>(sacc, q_addr, q_off, kj, k_off);
 
     const int col0 = j * kKeys + sub * kSub + 2 * t;  // this thread's first column
     if constexpr (kGate) {
@@ -159,74 +145,15 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
           }
     }
 
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = m[mt][hh];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(sacc[mt][nt][2 * hh], sacc[mt][nt][2 * hh + 1]));
-        mx = fa::group_max<4>(mx);
-        const float m_scaled = mx == fa::kNegInf ? 0.f : mx * sc;
-        const float alpha = fa::ex2(m[mt][hh] * sc - m_scaled);
-        m[mt][hh] = mx;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 2 * hh; e < 2 * hh + 2; ++e) sacc[mt][nt][e] = fa::ex2(fmaf(sacc[mt][nt][e], sc, -m_scaled));
-        l[mt][hh] *= alpha;
-        if (__any_sync(0xffffffffu, alpha != 1.f)) {
-#pragma unroll
-          for (int dt = 0; dt < kDT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
-        }
-      }
-
-    const uint32_t vj = v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
-#pragma unroll
-    for (int kc = 0; kc < kSub / 16; ++kc) {
-      uint32_t pa[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        l[mt][0] += (sacc[mt][2 * kc][0] + sacc[mt][2 * kc][1]) + (sacc[mt][2 * kc + 1][0] + sacc[mt][2 * kc + 1][1]);
-        l[mt][1] += (sacc[mt][2 * kc][2] + sacc[mt][2 * kc][3]) + (sacc[mt][2 * kc + 1][2] + sacc[mt][2 * kc + 1][3]);
-        pa[mt][0] = fa::pack2<T>(sacc[mt][2 * kc][0], sacc[mt][2 * kc][1]);
-        pa[mt][1] = fa::pack2<T>(sacc[mt][2 * kc][2], sacc[mt][2 * kc][3]);
-        pa[mt][2] = fa::pack2<T>(sacc[mt][2 * kc + 1][0], sacc[mt][2 * kc + 1][1]);
-        pa[mt][3] = fa::pack2<T>(sacc[mt][2 * kc + 1][2], sacc[mt][2 * kc + 1][3]);
-      }
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t vb[4];
-        fa::ldmatrix_x4_trans(vb, vj + ((v_off ^ (32 * dn)) + kc * 32 * D));
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          fa::mma_m16n8k16<T>(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
-          fa::mma_m16n8k16<T>(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
-        }
-      }
-    }
+    lesson08::online_softmax(sacc, m, l, o, sc);
+    lesson08::accumulate_pv<T, D, kMT, kSub>(sacc, l, o, v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2, v_off);
     }  // sub
   }
   fa::cp_async_wait<0>();
 
-  T* obase = static_cast<T*>(p.o) + fresh(at[2]);
-  float* lse = p.lse + fresh(at[3]);
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float sum = fa::group_sum<4>(l[mt][hh]);
-      const int row = q0() + warp * kWarpRows + mt * 16 + g + 8 * hh;
-      if (row >= s.len_q) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      T* orow = obase + row * p.o_stride.row;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * t) =
-            fa::pack2<T>(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
-      // With the gate the LSE holds G_i - A and -(G_j - A): the anchor cancels, it is the true one.
-      if (t == 0) lse[row] = sum > 0.f ? (m[mt][hh] * sc + log2f(sum)) * kLn2 : INFINITY;
-    }
+  // With the gate the LSE holds G_i - A and -(G_j - A): the anchor cancels, it is the true one.
+  lesson08::store_o(o, m, l, static_cast<T*>(p.o) + fresh(at[2]), p.o_stride.row, p.lse + fresh(at[3]),
+                    [&] { return q0() + warp * kWarpRows; }, s.len_q, sc, lane);
 }
 
 }  // namespace

@@ -28,7 +28,6 @@ const fa::TodoList kSequencesTodosLeft = {
 };
 
 using lesson11::tile_offset;  // lesson 08's swizzle (the same function in both tiles.hpp)
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kPlanThreads = lesson12::kBuckets;  // the plan scans its buckets one per thread
 
 // ---- Sequences ---------------------------------------------------------------------------------

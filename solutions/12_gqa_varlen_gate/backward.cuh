@@ -6,6 +6,7 @@
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
+#include "../11_fast_backward/dkdv.cuh"  // lesson 11's steps of one tile
 #include "sequences.cuh"  // and with it, lessons 08 and 11's tiles.hpp and plan.hpp
 
 namespace {
@@ -201,6 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const lesson11::Offsets off{a_off, b_off, t_off};
 
   for (int it = 0;; ++it) {
     const int4 n = fresh(iters);
@@ -248,28 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int sub = 0; sub < kRows / kSub; ++sub) {
     const int r0 = sub * kSub;
     float sacc[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[kKT][4], va[kKT][4];
-#pragma unroll
-      for (int kt = 0; kt < kKT; ++kt) {
-        fa::ldmatrix_x4(ka[kt], k_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
-        fa::ldmatrix_x4(va[kt], v_addr + (a_off ^ (32 * kk)) + kt * 32 * D);
-      }
-#pragma unroll
-      for (int nj = 0; nj < kSub / 16; ++nj) {
-        uint32_t qb[4], ob[4];
-        fa::ldmatrix_x4(qb, q_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
-        fa::ldmatrix_x4(ob, do_addr + ((b_off ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
-#pragma unroll
-        for (int kt = 0; kt < kKT; ++kt) {
-          fa::mma_m16n8k16<T>(sacc[kt][2 * nj], ka[kt], qb[0], qb[1]);
-          fa::mma_m16n8k16<T>(sacc[kt][2 * nj + 1], ka[kt], qb[2], qb[3]);
-          fa::mma_m16n8k16<T>(dp[kt][2 * nj], va[kt], ob[0], ob[1]);
-          fa::mma_m16n8k16<T>(dp[kt][2 * nj + 1], va[kt], ob[2], ob[3]);
-        }
-      }
-    }
+    lesson11::transposed_scores<T, D, kKT, kSub>(sacc, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
 
     // P^T and dS^T in place (lesson 11), the key's gate difference beside the row's LSE2. The mask
     // (tile_of), keys counted from the warp's first and rows from the step's first: causal,
@@ -335,41 +316,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       // END SOLUTION
     }
 
-#pragma unroll
-    for (int kc = 0; kc < kSub / 16; ++kc) {
-      uint32_t pa[kKT][4], da[kKT][4];
-#pragma unroll
-      for (int kt = 0; kt < kKT; ++kt) {
-        pa[kt][0] = fa::pack2<T>(sacc[kt][2 * kc][0], sacc[kt][2 * kc][1]);
-        pa[kt][1] = fa::pack2<T>(sacc[kt][2 * kc][2], sacc[kt][2 * kc][3]);
-        pa[kt][2] = fa::pack2<T>(sacc[kt][2 * kc + 1][0], sacc[kt][2 * kc + 1][1]);
-        pa[kt][3] = fa::pack2<T>(sacc[kt][2 * kc + 1][2], sacc[kt][2 * kc + 1][3]);
-        da[kt][0] = fa::pack2<T>(dp[kt][2 * kc][0], dp[kt][2 * kc][1]);
-        da[kt][1] = fa::pack2<T>(dp[kt][2 * kc][2], dp[kt][2 * kc][3]);
-        da[kt][2] = fa::pack2<T>(dp[kt][2 * kc + 1][0], dp[kt][2 * kc + 1][1]);
-        da[kt][3] = fa::pack2<T>(dp[kt][2 * kc + 1][2], dp[kt][2 * kc + 1][3]);
-        if constexpr (kAtomicDq) {
-          const int key = 16 * (kKT * warp + kt) + g, row = r0 + 16 * kc + 2 * t;
-          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row, kRows)) = da[kt][0];
-          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row, kRows)) = da[kt][1];
-          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row + 8, kRows)) = da[kt][2];
-          *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row + 8, kRows)) = da[kt][3];
-        }
-      }
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t ob[4], qb[4];
-        fa::ldmatrix_x4_trans(ob, do_addr + ((t_off ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
-        fa::ldmatrix_x4_trans(qb, q_addr + ((t_off ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
-#pragma unroll
-        for (int kt = 0; kt < kKT; ++kt) {
-          fa::mma_m16n8k16<T>(dv[kt][2 * dn], pa[kt], ob[0], ob[1]);
-          fa::mma_m16n8k16<T>(dv[kt][2 * dn + 1], pa[kt], ob[2], ob[3]);
-          fa::mma_m16n8k16<T>(dk[kt][2 * dn], da[kt], qb[0], qb[1]);
-          fa::mma_m16n8k16<T>(dk[kt][2 * dn + 1], da[kt], qb[2], qb[3]);
-        }
-      }
-    }
+    // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS (lesson 11's dkdv.cuh).
+    lesson11::accumulate_dkdv<T, D, kKT, kSub, kRows, kAtomicDq>(sacc, dp, dk, dv, sdS, q_addr, do_addr, off, r0, warp,
+                                                                  lane);
     }  // sub
 
     // The iteration's query head and first row again, where S^T's fragments are dead.
@@ -395,51 +344,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       // END SOLUTION
     }
 
-    if constexpr (kAtomicDq) {
-      constexpr int kNW = kWarps / 2, kDW = D / kNW, kMQ = kRows / 32;
-      const int mw = warp % 2, nw = warp / 2;
-      __syncthreads();
-      float acc[kMQ][kDW / 8][4] = {};
-      const lesson11::RowCol at = lesson11::ldmatrix_a_trans(lane);
-      const uint32_t ds_addr = fa::smem_addr(sdS), ds_off = 2 * tile_offset(at.row, at.col, kRows);
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        uint32_t a[kMQ][4];
-#pragma unroll
-        for (int mt = 0; mt < kMQ; ++mt)
-          fa::ldmatrix_x4_trans(a[mt], ds_addr + ((ds_off ^ (32 * (mw * kMQ + mt))) + kk * 16 * kRows * 2));
-#pragma unroll
-        for (int dn = 0; dn < kDW / 16; ++dn) {
-          uint32_t kb[4];
-          fa::ldmatrix_x4_trans(kb, k_addr + ((t_off ^ (32 * (dn + nw * kDW / 16))) + kk * 32 * D));
-#pragma unroll
-          for (int mt = 0; mt < kMQ; ++mt) {
-            fa::mma_m16n8k16<T>(acc[mt][2 * dn], a[mt], kb[0], kb[1]);
-            fa::mma_m16n8k16<T>(acc[mt][2 * dn + 1], a[mt], kb[2], kb[3]);
-          }
-        }
-      }
-      // The fp32 sums of dQ: (heads_q, total_q, D) varlen, (batch, heads_q, seqlen_q, D) dense.
-      float* dq_head = dq_accum + accum_at(h) * D;
-      const int len_q = fresh(bounds.x);
-#pragma unroll
-      for (int mt = 0; mt < kMQ; ++mt)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int row = q0 + 16 * (mw * kMQ + mt) + g + 8 * hh;
-          if (row >= len_q) continue;
-#pragma unroll
-          for (int nt = 0; nt < kDW / 8; ++nt) {
-            float* dst = dq_head + int64_t(row) * D + nw * kDW + nt * 8 + 2 * t;
-#if __CUDA_ARCH__ >= 900
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[mt][nt][2 * hh], acc[mt][nt][2 * hh + 1]));
-#else
-            atomicAdd(dst, acc[mt][nt][2 * hh]);
-            atomicAdd(dst + 1, acc[mt][nt][2 * hh + 1]);
-#endif
-          }
-        }
-    }
+    // The fp32 sums of dQ: (heads_q, total_q, D) varlen, (batch, heads_q, seqlen_q, D) dense.
+    if constexpr (kAtomicDq)
+      lesson11::atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, q0, warp, lane, dq_accum, [&] { return accum_at(h); },
+                                                       [&] { return fresh(bounds.x); });
   }
   if constexpr (kRowSums) {
     const int n_iter = fresh(iters.x), last = (n_iter - 1) & 1;
@@ -456,20 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int hk = fresh(kb.hk);
   T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, hk);
   T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, hk);
-#pragma unroll
-  for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int key = bd.w + 16 * (kKT * warp + kt) + g + 8 * hh;
-    if (key >= bd.y) continue;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-      *reinterpret_cast<uint32_t*>(dkb + key * p.dk_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(dk[kt][dt][2 * hh] * p.scale, dk[kt][dt][2 * hh + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dvb + key * p.dv_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
-    }
-  }
+  lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, bd.w, bd.y, p.scale, warp, lane);
 }
 
 // dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread. The sums'
@@ -561,6 +456,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
   const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
   const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const lesson11::Offsets off{a_off, b_off, t_off};
 
   for (int j = 0;; ++j) {
     const int4 top = fresh(loop);
@@ -577,22 +473,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
 
     float sacc[kNT][4] = {}, dp[kNT][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[4], oa[4];
-      fa::ldmatrix_x4(qa, q_addr + (a_off ^ (32 * kk)));
-      fa::ldmatrix_x4(oa, do_addr + (a_off ^ (32 * kk)));
-#pragma unroll
-      for (int nj = 0; nj < kKeys / 16; ++nj) {
-        uint32_t kb[4], vb[4];
-        fa::ldmatrix_x4(kb, kj + ((b_off ^ (32 * kk)) + nj * 32 * D));
-        fa::mma_m16n8k16<T>(sacc[2 * nj], qa, kb[0], kb[1]);
-        fa::mma_m16n8k16<T>(sacc[2 * nj + 1], qa, kb[2], kb[3]);
-        fa::ldmatrix_x4(vb, vj + ((b_off ^ (32 * kk)) + nj * 32 * D));
-        fa::mma_m16n8k16<T>(dp[2 * nj], oa, vb[0], vb[1]);
-        fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
-      }
-    }
+    lesson11::scores<T, D, kKeys>(sacc, dp, q_addr, do_addr, kj, vj, off);
     // The tile's bounds (and the gate's G and anchor), read once after S, where Q's and K's
     // fragments are dead. Rows are counted from q0: key col is masked at or past len_k, or
     // (causal) past row + q0 + offset.
@@ -621,19 +502,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         if constexpr (kGate) rows[e / 2] += dp[nt][e];
       }
     }
-#pragma unroll
-    for (int kc = 0; kc < kKeys / 16; ++kc) {
-      const uint32_t da[4] = {fa::pack2<T>(dp[2 * kc][0], dp[2 * kc][1]), fa::pack2<T>(dp[2 * kc][2], dp[2 * kc][3]),
-                              fa::pack2<T>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                              fa::pack2<T>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t kb[4];
-        fa::ldmatrix_x4_trans(kb, kj + ((t_off ^ (32 * dn)) + kc * 32 * D));
-        fa::mma_m16n8k16<T>(acc[2 * dn], da, kb[0], kb[1]);
-        fa::mma_m16n8k16<T>(acc[2 * dn + 1], da, kb[2], kb[3]);
-      }
-    }
+    lesson11::accumulate_dq<T, D, kKeys>(dp, acc, kj, off);
   }
   fa::cp_async_wait<0>();
 
@@ -648,15 +517,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   }
   T* dqb = static_cast<T*>(p.dq) + q_offset(p.dq_stride, s, h);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = q0() + 16 * warp + g + 8 * hh;
-    if (row >= s.len_q) continue;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
-      *reinterpret_cast<uint32_t*>(dqb + row * p.dq_stride.row + dt * 8 + 2 * t) =
-          fa::pack2<T>(acc[dt][2 * hh] * p.scale, acc[dt][2 * hh + 1] * p.scale);
-  }
+  lesson11::store_dq<T>(acc, dqb, p.dq_stride.row, [&] { return q0() + 16 * warp; }, s.len_q, p.scale, lane);
 }
 
 }  // namespace

@@ -1,0 +1,271 @@
+// Lesson 11's dK/dV block: the steps of the dK/dV kernel and of the dQ pass on one tile, as device
+// functions. kernel.cu's kernels call them between their own ring and mask code, and so do lesson
+// 12's (GQA, packed sequences and the gate around the same steps; it includes this file).
+#pragma once
+
+#include <cstdint>
+
+#include "fa/device.cuh"
+#include "fa/mma.cuh"
+#include "fa/params.hpp"
+#include "tiles.hpp"
+
+namespace lesson11 {
+
+// Each entry is a TODO of this file you have not written yet; the tests stop at the first TODO
+// left, of this file or kernel.cu, with "lesson 11 not implemented yet: <it>" (and lesson 12's,
+// which runs these steps, too). Delete an entry when you have written its code.
+inline const fa::TodoList kDkdvTodosLeft = {
+    // @todos-left
+};
+
+// A lane's ldmatrix byte offsets (lesson 08's patterns; step k along the columns is an XOR with
+// 32 k), computed by the kernel once:
+//   a: A operand, the warp's first 16 rows (row-major m16 x k16; the next m16 tile is 16 rows,
+//      32 D bytes, further);
+//   b: B operand from a [n][k] tile;
+//   t: B operand from a [k][n] tile with .trans.
+struct Offsets {
+  uint32_t a, b, t;
+};
+
+// ---- The dK/dV kernel's steps (a warp owns 16 kKT keys; a step is kSub query rows from r0) ----
+
+// S^T = K Q^T and dP^T = V dO^T for the warp's keys and the step's rows, added to s and dp (zero
+// on entry): each Q and dO fragment read feeds kKT mma.
+template <class T, int D, int kKT, int kSub>
+__device__ __forceinline__ void transposed_scores(float (&s)[kKT][kSub / 8][4], float (&dp)[kKT][kSub / 8][4],
+                                                  uint32_t k_addr, uint32_t v_addr, uint32_t q_addr, uint32_t do_addr,
+                                                  const Offsets& off, int r0) {
+  // Unrolled, but on sm_120 (GeForce RTX 50): there the deterministic kernel with 32 keys a warp
+  // spills (ptxas wants more than 255 registers) unless this loop stays rolled. Every other GPU
+  // gets the unrolled loop (sm_80 and sm_90 fit in 255 registers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t ka[kKT][4], va[kKT][4];
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) {
+      fa::ldmatrix_x4(ka[kt], k_addr + (off.a ^ (32 * kk)) + kt * 32 * D);
+      fa::ldmatrix_x4(va[kt], v_addr + (off.a ^ (32 * kk)) + kt * 32 * D);
+    }
+#pragma unroll
+    for (int nj = 0; nj < kSub / 16; ++nj) {
+      uint32_t qb[4], ob[4];
+      fa::ldmatrix_x4(qb, q_addr + ((off.b ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+      fa::ldmatrix_x4(ob, do_addr + ((off.b ^ (32 * kk)) + (r0 / 16 + nj) * 32 * D));
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        fa::mma_m16n8k16<T>(s[kt][2 * nj], ka[kt], qb[0], qb[1]);
+        fa::mma_m16n8k16<T>(s[kt][2 * nj + 1], ka[kt], qb[2], qb[3]);
+        fa::mma_m16n8k16<T>(dp[kt][2 * nj], va[kt], ob[0], ob[1]);
+        fa::mma_m16n8k16<T>(dp[kt][2 * nj + 1], va[kt], ob[2], ob[3]);
+      }
+    }
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q for the step's rows, from P^T in s and dS^T in dp (the warp `warp`'s
+// keys); with kAtomicDq, dS^T also goes to sdS (kKeys x kRows) for the dQ product.
+template <class T, int D, int kKT, int kSub, int kRows, bool kAtomicDq>
+__device__ __forceinline__ void accumulate_dkdv(const float (&s)[kKT][kSub / 8][4], const float (&dp)[kKT][kSub / 8][4],
+                                                float (&dk)[kKT][D / 8][4], float (&dv)[kKT][D / 8][4], T* sdS,
+                                                uint32_t q_addr, uint32_t do_addr, const Offsets& off, int r0, int warp,
+                                                int lane) {
+  const int g = lane / 4, t = lane % 4;
+  // TODO(6): for each k16 step kc over the rows, P^T's and dS^T's A fragments from s and dp
+  //   (lesson 07's accumulator -> A repacking, fa::pack2<T>), dO and Q as B fragments with
+  //   ldmatrix .trans at off.t; with kAtomicDq, also store dS^T's fragments to sdS (kKeys x kRows,
+  //   swizzled: tile_offset(key, row, kRows)) for the dQ product.
+  // BEGIN SOLUTION
+#pragma unroll
+  for (int kc = 0; kc < kSub / 16; ++kc) {
+    uint32_t pa[kKT][4], da[kKT][4];
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt) {
+      pa[kt][0] = fa::pack2<T>(s[kt][2 * kc][0], s[kt][2 * kc][1]);
+      pa[kt][1] = fa::pack2<T>(s[kt][2 * kc][2], s[kt][2 * kc][3]);
+      pa[kt][2] = fa::pack2<T>(s[kt][2 * kc + 1][0], s[kt][2 * kc + 1][1]);
+      pa[kt][3] = fa::pack2<T>(s[kt][2 * kc + 1][2], s[kt][2 * kc + 1][3]);
+      da[kt][0] = fa::pack2<T>(dp[kt][2 * kc][0], dp[kt][2 * kc][1]);
+      da[kt][1] = fa::pack2<T>(dp[kt][2 * kc][2], dp[kt][2 * kc][3]);
+      da[kt][2] = fa::pack2<T>(dp[kt][2 * kc + 1][0], dp[kt][2 * kc + 1][1]);
+      da[kt][3] = fa::pack2<T>(dp[kt][2 * kc + 1][2], dp[kt][2 * kc + 1][3]);
+      if constexpr (kAtomicDq) {
+        const int key = 16 * (kKT * warp + kt) + g, row = r0 + 16 * kc + 2 * t;
+        *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row, kRows)) = da[kt][0];
+        *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row, kRows)) = da[kt][1];
+        *reinterpret_cast<uint32_t*>(sdS + tile_offset(key, row + 8, kRows)) = da[kt][2];
+        *reinterpret_cast<uint32_t*>(sdS + tile_offset(key + 8, row + 8, kRows)) = da[kt][3];
+      }
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t ob[4], qb[4];
+      fa::ldmatrix_x4_trans(ob, do_addr + ((off.t ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
+      fa::ldmatrix_x4_trans(qb, q_addr + ((off.t ^ (32 * dn)) + (r0 / 16 + kc) * 32 * D));
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt) {
+        fa::mma_m16n8k16<T>(dv[kt][2 * dn], pa[kt], ob[0], ob[1]);
+        fa::mma_m16n8k16<T>(dv[kt][2 * dn + 1], pa[kt], ob[2], ob[3]);
+        fa::mma_m16n8k16<T>(dk[kt][2 * dn], da[kt], qb[0], qb[1]);
+        fa::mma_m16n8k16<T>(dk[kt][2 * dn + 1], da[kt], qb[2], qb[3]);
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// The atomic strategy's dQ share of one query tile: dQ (kRows x D) += dS (kRows x kKeys) K (kKeys
+// x D) from the dS^T every warp stored to sdS, added to the fp32 sums with atomics. The warps as
+// 2 x (kWarps / 2), each a (kRows / 2)-row by kDW-column piece (kMQ m16 tiles), summed over the
+// tile's keys. Two warps down and the rest across reads the fewest fragments. The tile's first row
+// is q0; the sums are rows of D floats from dq_accum, the tile's head's first at head_row(), and
+// rows_end() bounds the rows stored: both read after the product, where its fragments are dead.
+template <class T, int D, int kKeys, int kRows, int kWarps, class HeadRow, class RowsEnd>
+__device__ __forceinline__ void atomic_dq(const T* sdS, uint32_t k_addr, const Offsets& off, int q0, int warp, int lane,
+                                          float* dq_accum, HeadRow head_row, RowsEnd rows_end) {
+  constexpr int kNW = kWarps / 2, kDW = D / kNW, kMQ = kRows / 32;
+  const int mw = warp % 2, nw = warp / 2, g = lane / 4, t = lane % 4;
+  // TODO(7): wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the
+  //   kKeys / 16 key steps: dS's A fragments with ldmatrix .trans from sdS (it is stored
+  //   transposed: lesson11::ldmatrix_a_trans), K's B fragments with .trans at off.t (columns
+  //   nw * kDW onwards); then add acc to row head_row() + row of the sums with atomicAdd
+  //   (float2 on sm_90), rows below rows_end() only.
+  // BEGIN SOLUTION
+  __syncthreads();
+  float acc[kMQ][kDW / 8][4] = {};
+  const RowCol at = ldmatrix_a_trans(lane);
+  const uint32_t ds_addr = fa::smem_addr(sdS), ds_off = 2 * tile_offset(at.row, at.col, kRows);
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t a[kMQ][4];
+#pragma unroll
+    for (int mt = 0; mt < kMQ; ++mt)  // dS rows 16 (mw kMQ + mt) on: stored columns, so an XOR (lesson 08)
+      fa::ldmatrix_x4_trans(a[mt], ds_addr + ((ds_off ^ (32 * (mw * kMQ + mt))) + kk * 16 * kRows * 2));
+#pragma unroll
+    for (int dn = 0; dn < kDW / 16; ++dn) {
+      uint32_t kb[4];
+      fa::ldmatrix_x4_trans(kb, k_addr + ((off.t ^ (32 * (dn + nw * kDW / 16))) + kk * 32 * D));
+#pragma unroll
+      for (int mt = 0; mt < kMQ; ++mt) {
+        fa::mma_m16n8k16<T>(acc[mt][2 * dn], a[mt], kb[0], kb[1]);
+        fa::mma_m16n8k16<T>(acc[mt][2 * dn + 1], a[mt], kb[2], kb[3]);
+      }
+    }
+  }
+  const int64_t head = head_row();
+  const int end = rows_end();
+#pragma unroll
+  for (int mt = 0; mt < kMQ; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = q0 + 16 * (mw * kMQ + mt) + g + 8 * hh;
+      if (row >= end) continue;
+#pragma unroll
+      for (int nt = 0; nt < kDW / 8; ++nt) {
+        float* dst = dq_accum + (head + row) * D + nw * kDW + nt * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[mt][nt][2 * hh], acc[mt][nt][2 * hh + 1]));
+#else
+        atomicAdd(dst, acc[mt][nt][2 * hh]);
+        atomicAdd(dst + 1, acc[mt][nt][2 * hh + 1]);
+#endif
+      }
+    }
+  // END SOLUTION
+}
+
+// dK = scale dS^T Q (the scale once, here) and dV, rounded once, for the warp's keys of the key tile
+// at k0; keys at or past len_k are not stored.
+template <class T, int kKT, int kDT>
+__device__ __forceinline__ void store_dkdv(const float (&dk)[kKT][kDT][4], const float (&dv)[kKT][kDT][4], T* dkb,
+                                           T* dvb, int64_t dk_row, int64_t dv_row, int k0, int len_k, float scale,
+                                           int warp, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int key = k0 + 16 * (kKT * warp + kt) + g + 8 * hh;
+      if (key >= len_k) continue;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        *reinterpret_cast<uint32_t*>(dkb + key * dk_row + dt * 8 + 2 * t) =
+            fa::pack2<T>(dk[kt][dt][2 * hh] * scale, dk[kt][dt][2 * hh + 1] * scale);
+        *reinterpret_cast<uint32_t*>(dvb + key * dv_row + dt * 8 + 2 * t) =
+            fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
+      }
+    }
+}
+
+// ---- The dQ pass's steps (a warp owns 16 query rows; a key tile is kKeys keys) ----
+
+// S = Q K^T and dP = dO V^T for the warp's rows and the key tile at kj (K) and vj (V), added to s
+// and dp (zero on entry).
+template <class T, int D, int kKeys>
+__device__ __forceinline__ void scores(float (&s)[kKeys / 8][4], float (&dp)[kKeys / 8][4], uint32_t q_addr,
+                                       uint32_t do_addr, uint32_t kj, uint32_t vj, const Offsets& off) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t qa[4], oa[4];
+    fa::ldmatrix_x4(qa, q_addr + (off.a ^ (32 * kk)));
+    fa::ldmatrix_x4(oa, do_addr + (off.a ^ (32 * kk)));
+#pragma unroll
+    for (int nj = 0; nj < kKeys / 16; ++nj) {
+      uint32_t kb[4], vb[4];
+      fa::ldmatrix_x4(kb, kj + ((off.b ^ (32 * kk)) + nj * 32 * D));
+      fa::mma_m16n8k16<T>(s[2 * nj], qa, kb[0], kb[1]);
+      fa::mma_m16n8k16<T>(s[2 * nj + 1], qa, kb[2], kb[3]);
+      fa::ldmatrix_x4(vb, vj + ((off.b ^ (32 * kk)) + nj * 32 * D));
+      fa::mma_m16n8k16<T>(dp[2 * nj], oa, vb[0], vb[1]);
+      fa::mma_m16n8k16<T>(dp[2 * nj + 1], oa, vb[2], vb[3]);
+    }
+  }
+}
+
+// dQ += dS K for the warp's rows: dS (in dp) repacked into A fragments, K's B fragments with
+// ldmatrix .trans from the key tile at kj.
+template <class T, int D, int kKeys>
+__device__ __forceinline__ void accumulate_dq(const float (&dp)[kKeys / 8][4], float (&acc)[D / 8][4], uint32_t kj,
+                                              const Offsets& off) {
+  // TODO(9): for each k16 step kc over the keys, dS's A fragment packed from dp (fa::pack2<T>)
+  //   and K's B fragments with ldmatrix .trans at off.t, into acc.
+  // BEGIN SOLUTION
+#pragma unroll
+  for (int kc = 0; kc < kKeys / 16; ++kc) {
+    const uint32_t da[4] = {fa::pack2<T>(dp[2 * kc][0], dp[2 * kc][1]), fa::pack2<T>(dp[2 * kc][2], dp[2 * kc][3]),
+                            fa::pack2<T>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                            fa::pack2<T>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t kb[4];
+      fa::ldmatrix_x4_trans(kb, kj + ((off.t ^ (32 * dn)) + kc * 32 * D));
+      fa::mma_m16n8k16<T>(acc[2 * dn], da, kb[0], kb[1]);
+      fa::mma_m16n8k16<T>(acc[2 * dn + 1], da, kb[2], kb[3]);
+    }
+  }
+  // END SOLUTION
+}
+
+// dQ = scale (the sums), rounded once, for the warp's two rows a thread (row0() + g and + 8, read
+// per row); rows at or past len_q are not stored.
+template <class T, int kDT, class Row0>
+__device__ __forceinline__ void store_dq(const float (&acc)[kDT][4], T* dqb, int64_t dq_row, Row0 row0, int len_q,
+                                         float scale, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0() + g + 8 * hh;
+    if (row >= len_q) continue;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      *reinterpret_cast<uint32_t*>(dqb + row * dq_row + dt * 8 + 2 * t) =
+          fa::pack2<T>(acc[dt][2 * hh] * scale, acc[dt][2 * hh + 1] * scale);
+  }
+}
+
+}  // namespace lesson11
