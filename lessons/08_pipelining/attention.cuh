@@ -43,8 +43,8 @@ struct PlainLoads {
   __device__ __forceinline__ static void key_tile_landed(const fa::AttnParams&, T*, int) {}
 };
 
-// ---- The steps of one key sub-tile, for a warp of kMT m16 tiles of rows (lesson 12's kernel runs
-// them too). A thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
+// ---- The steps of one key sub-tile and the epilogue, for a warp of kMT m16 tiles of rows (lesson
+// 12's kernel runs them too). A thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
 // columns 2 t and 2 t + 1 (t = lane % 4): lesson 07's accumulator layout.
 
 // S = Q K^T for the warp's kMT x (kSub / 8) accumulator tiles (lesson 07, with swizzled addresses:

@@ -11,6 +11,8 @@
 //        through shared memory to change hands between warps), then convert_kernel scales and rounds;
 //      pass (p.deterministic): dq_kernel, one block per query tile, recomputes S and dP and sums
 //        dS K over the key tiles in a fixed order: no atomics, bitwise reproducible, ~1.4x the math.
+// The kernels are here; the steps of one tile they call (the products on fragments, the dQ
+// atomics, the stores) are in dkdv.cuh, which lesson 12's kernels call too.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson11
 //   lessons/11_fast_backward/profile.sh
@@ -18,10 +20,10 @@
 
 #include "../08_pipelining/load_tile.cuh"
 #include "../08_pipelining/tiles.hpp"
+#include "dkdv.cuh"
 #include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
-#include "dkdv.cuh"
 #include "fa/params.hpp"
 #include "tiles.hpp"
 
@@ -31,8 +33,9 @@ using lesson11::Config;
 using lesson11::kConfigs;
 using lesson11::tile_offset;
 
-// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 11 not implemented yet: <it>". Delete an entry when you have written its code.
+// Each entry is a TODO of this file you have not written yet; the tests stop at the lowest one
+// left, of this file or dkdv.cuh, with "lesson 11 not implemented yet: <it>". Delete an entry when
+// you have written its code.
 const fa::TodoList kTodosLeft = {
     "TODO(3) in kernel.cu: D_i: if i < seqlen_q, load this thread's 8 values of dO_i and O_i (one uint4 each,",
     "TODO(4) in kernel.cu: the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the",
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);  // two buffers of kRows LSE (base 2)
   float* sDelta = sL + 2 * kRows;                            // two buffers of kRows D
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int b = blockIdx.y / p.heads_kv, hk = blockIdx.y % p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
   const int k0 = blockIdx.x * kKeys;

@@ -37,9 +37,10 @@ template <class T, int D, int kKT, int kSub>
 __device__ __forceinline__ void transposed_scores(float (&s)[kKT][kSub / 8][4], float (&dp)[kKT][kSub / 8][4],
                                                   uint32_t k_addr, uint32_t v_addr, uint32_t q_addr, uint32_t do_addr,
                                                   const Offsets& off, int r0) {
-  // Unrolled, but on sm_120 (GeForce RTX 50): there the deterministic kernel with 32 keys a warp
-  // spills (ptxas wants more than 255 registers) unless this loop stays rolled. Every other GPU
-  // gets the unrolled loop (sm_80 and sm_90 fit in 255 registers).
+  // Unrolled, but on sm_120 (GeForce RTX 50): there lesson 11's deterministic kernel with 32 keys
+  // a warp spills (ptxas wants more than 255 registers) unless this loop stays rolled, and lesson
+  // 12's kernels, which call this step too, get the rolled loop as well. Every other GPU gets the
+  // unrolled loop (sm_80 and sm_90 fit in 255 registers).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 #pragma unroll 1
 #else
@@ -77,9 +78,12 @@ __device__ __forceinline__ void accumulate_dkdv(const float (&s)[kKT][kSub / 8][
                                                 int lane) {
   const int g = lane / 4, t = lane % 4;
   // TODO(6): for each k16 step kc over the rows, P^T's and dS^T's A fragments from s and dp
-  //   (lesson 07's accumulator -> A repacking, fa::pack2<T>), dO and Q as B fragments with
-  //   ldmatrix .trans at off.t; with kAtomicDq, also store dS^T's fragments to sdS (kKeys x kRows,
-  //   swizzled: tile_offset(key, row, kRows)) for the dQ product.
+  //   (lesson 07's accumulator -> A repacking, fa::pack2<T>: register i of m16 tile kt packs
+  //   n8 tiles 2 kc and 2 kc + 1), dO and Q as B fragments with ldmatrix .trans at off.t (step dn
+  //   along D: ^ 32 dn; rows r0 + 16 kc on: + (r0 / 16 + kc) 32 D bytes); with kAtomicDq, also
+  //   store dS^T's packed registers to sdS (kKeys x kRows, swizzled: tile_offset(key, row,
+  //   kRows)): register 0 at (key, row), 1 at (key + 8, row), 2 at (key, row + 8), 3 at (key + 8,
+  //   row + 8), key = 16 (kKT warp + kt) + g (the block's keys), row = r0 + 16 kc + 2 t.
   // BEGIN SOLUTION
 #pragma unroll
   for (int kc = 0; kc < kSub / 16; ++kc) {
@@ -134,7 +138,8 @@ __device__ __forceinline__ void atomic_dq(const T* sdS, uint32_t k_addr, const O
   //   kKeys / 16 key steps: dS's A fragments with ldmatrix .trans from sdS (it is stored
   //   transposed: lesson11::ldmatrix_a_trans), K's B fragments with .trans at off.t (columns
   //   nw * kDW onwards); then add acc to row head_row() + row of the sums with atomicAdd
-  //   (float2 on sm_90), rows below rows_end() only.
+  //   (float2 on sm_90 and newer), row = q0 + 16 (mw kMQ + mt) + g + 8 hh for rows below
+  //   rows_end() only.
   // BEGIN SOLUTION
   __syncthreads();
   float acc[kMQ][kDW / 8][4] = {};
@@ -251,7 +256,7 @@ __device__ __forceinline__ void accumulate_dq(const float (&dp)[kKeys / 8][4], f
   // END SOLUTION
 }
 
-// dQ = scale (the sums), rounded once, for the warp's two rows a thread (row0() + g and + 8, read
+// dQ = scale acc, rounded once, for the warp's two rows a thread (row0() + g and + 8, read
 // per row); rows at or past len_q are not stored.
 template <class T, int kDT, class Row0>
 __device__ __forceinline__ void store_dq(const float (&acc)[kDT][4], T* dqb, int64_t dq_row, Row0 row0, int len_q,
