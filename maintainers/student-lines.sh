@@ -29,8 +29,8 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # Known debts (see the header): the most each may be until the seams are cut.
-debt_l12_lesson=1624    # lesson 12's own code plus new headers
-debt_l12_cu=1140        # lesson 12's skeleton kernel files (.cu and .cuh)
+debt_l12_lesson=1600    # lesson 12's own code plus new headers
+debt_l12_cu=1116        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk

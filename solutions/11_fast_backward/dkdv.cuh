@@ -207,6 +207,31 @@ __device__ __forceinline__ void store_dkdv(const float (&dk)[kKT][kDT][4], const
     }
 }
 
+// The atomic strategy's last kernel: dQ = scale * (the fp32 sums), rounded to T, through dQ's
+// strides, 8 values a thread. The sums are rows of D floats, `per_head` rows for each of `batches`
+// x heads_q (batch, head) pairs: dense, (batch, heads_q, seqlen_q, D); packed sequences (lesson 12),
+// one batch of total_q tokens a head, whose row i is token i (dQ's batch stride unused).
+template <class T, int D>
+__global__ void convert_kernel(const fa::AttnParams p, const float* dq_accum, int64_t per_head, int batches) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t rows = int64_t(batches) * p.heads_q * per_head;
+  if (idx >= rows * (D / 8)) return;
+  const int64_t row = idx / (D / 8);
+  const int c = static_cast<int>(idx % (D / 8));
+  const int64_t bh = row / per_head, i = row % per_head;
+  const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+  const float4 x0 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c);
+  const float4 x1 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c + 4);
+  const float s = p.scale;
+  uint4 out;
+  out.x = fa::pack2<T>(x0.x * s, x0.y * s);
+  out.y = fa::pack2<T>(x0.z * s, x0.w * s);
+  out.z = fa::pack2<T>(x1.x * s, x1.y * s);
+  out.w = fa::pack2<T>(x1.z * s, x1.w * s);
+  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row +
+                            8 * c) = out;
+}
+
 // ---- The dQ pass's steps (a warp owns 16 query rows; a key tile is kKeys keys) ----
 
 // S = Q K^T and dP = dO V^T for the warp's rows and the key tile at kj (K) and vj (V), added to s

@@ -209,28 +209,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, k0, p.seqlen_k, p.scale, warp, lane);
 }
 
-// dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread.
-template <class T, int D>
-__global__ void convert_kernel(const fa::AttnParams p, const float* dq_accum) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  if (idx >= rows * (D / 8)) return;
-  const int64_t row = idx / (D / 8);
-  const int c = static_cast<int>(idx % (D / 8));
-  const int bh = static_cast<int>(row / p.seqlen_q), i = static_cast<int>(row % p.seqlen_q);
-  const int b = bh / p.heads_q, h = bh % p.heads_q;
-  const float4 x0 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c);
-  const float4 x1 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c + 4);
-  const float s = p.scale;
-  uint4 out;
-  out.x = fa::pack2<T>(x0.x * s, x0.y * s);
-  out.y = fa::pack2<T>(x0.z * s, x0.w * s);
-  out.z = fa::pack2<T>(x1.x * s, x1.y * s);
-  out.w = fa::pack2<T>(x1.z * s, x1.w * s);
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row +
-                            8 * c) = out;
-}
-
 // The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming
 // past in a two-stage ring, as in lesson 08's forward. Per key tile it recomputes S = Q K^T and
 // dP = dO V^T, forms dS = P (dP - D) in registers and accumulates dQ += dS K: every dQ element
@@ -346,7 +324,8 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, dq_accum);
     FA_CHECK_LAUNCH();
     const int64_t threads = int64_t(bh) * p.seqlen_q * (D / 8);
-    convert_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dq_accum);
+    lesson11::convert_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, p.seqlen_q,
+                                                                                                     p.batch);
     FA_CHECK_LAUNCH();
   } else {
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false>;

@@ -367,31 +367,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, bd.w, bd.y, p.scale, warp, lane);
 }
 
-// dQ = scale * (the fp32 sums), rounded to T, through dQ's strides: 8 values per thread. The sums'
-// rows are (head, token) varlen, (batch, head, row) dense.
-template <class T, int D>
-__global__ void convert_kernel(const fa::AttnParams p, const float* dq_accum) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t per_head = is_varlen(p) ? p.total_q : p.seqlen_q;
-  const int64_t rows = (is_varlen(p) ? 1 : int64_t(p.batch)) * p.heads_q * per_head;
-  if (idx >= rows * (D / 8)) return;
-  const int64_t row = idx / (D / 8);
-  const int c = static_cast<int>(idx % (D / 8));
-  const int64_t bh = row / per_head, i = row % per_head;
-  const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
-  const float4 x0 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c);
-  const float4 x1 = *reinterpret_cast<const float4*>(dq_accum + row * D + 8 * c + 4);
-  const float sc = p.scale;
-  uint4 out;
-  out.x = fa::pack2<T>(x0.x * sc, x0.y * sc);
-  out.y = fa::pack2<T>(x0.z * sc, x0.w * sc);
-  out.z = fa::pack2<T>(x1.x * sc, x1.y * sc);
-  out.w = fa::pack2<T>(x1.z * sc, x1.w * sc);
-  // varlen: b = 0 and i is the token; dense: i is the row of sequence b.
-  *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head + i * p.dq_stride.row +
-                            8 * c) = out;
-}
-
 // The deterministic dQ pass (lesson 11), one block per (query tile of kStatRows rows, head), with
 // the keys' gate differences beside the rows' LSE2.
 template <class T, int D, int kKeys, int kWarps, bool kGate>

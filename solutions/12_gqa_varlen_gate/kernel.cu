@@ -215,7 +215,8 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
                                                              x.lse2, x.delta, stat_stride, x.dq_accum, x.dG,
                                                              kGate ? x.dG + gate_elements(p) : nullptr);
     FA_CHECK_LAUNCH();
-    convert_kernel<T, D><<<grid_of((q_rows * (D / 8) + 255) / 256), 256, 0, stream>>>(p, x.dq_accum);
+    lesson11::convert_kernel<T, D><<<grid_of((q_rows * (D / 8) + 255) / 256), 256, 0, stream>>>(
+        p, x.dq_accum, varlen ? p.total_q : p.seqlen_q, varlen ? 1 : p.batch);
     FA_CHECK_LAUNCH();
   } else {
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, kGate>;
