@@ -1,5 +1,6 @@
 #include <map>
 #include <mutex>
+#include <utility>
 #include <sstream>
 
 #include "fa/cuda_check.hpp"
@@ -58,6 +59,22 @@ void* device_scratch(size_t bytes) {
     s.bytes = bytes;
   }
   return s.ptr;
+}
+
+unsigned long long* zeroed_counter(cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, unsigned long long*> counters;  // never freed: 8 bytes a stream
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  unsigned long long* c = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    unsigned long long*& slot = counters[{dev, stream}];
+    if (slot == nullptr) FA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&slot), sizeof(*slot)));
+    c = slot;
+  }
+  FA_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(*c), stream));
+  return c;
 }
 
 }  // namespace fa

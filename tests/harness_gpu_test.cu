@@ -84,3 +84,34 @@ TEST_CASE("harness gpu: tensor maps are kept per pointer and shape") {
   CHECK(same(fa::make_tensor_map("test", a.data(), fa::DType::kF16, 2, 256, 128, 64), first));
   CHECK(fa::tensor_maps_encoded() == full + 1);
 }
+
+namespace {
+__global__ void add_to(unsigned long long* c, unsigned long long v) { atomicAdd(c, v); }
+unsigned long long read_counter(const unsigned long long* c) {
+  unsigned long long v = 0;
+  FA_CUDA_CHECK(cudaMemcpy(&v, c, sizeof(v), cudaMemcpyDeviceToHost));
+  return v;
+}
+}  // namespace
+
+TEST_CASE("harness gpu: a stream's counter is kept, zeroed at every call, and no other stream's") {
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  FA_CUDA_CHECK(cudaStreamCreate(&s1));
+  FA_CUDA_CHECK(cudaStreamCreate(&s2));
+  unsigned long long* a = fa::zeroed_counter(s1);
+  add_to<<<1, 1, 0, s1>>>(a, 7);
+  FA_CHECK_LAUNCH();
+  unsigned long long* b = fa::zeroed_counter(s2);
+  add_to<<<1, 1, 0, s2>>>(b, 5);
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(a != b);  // concurrent streams never share one
+  CHECK(read_counter(a) == 7);
+  CHECK(read_counter(b) == 5);
+  CHECK(fa::zeroed_counter(s1) == a);  // the same stream's, kept ...
+  FA_CUDA_CHECK(cudaStreamSynchronize(s1));
+  CHECK(read_counter(a) == 0);  // ... and zeroed on its stream
+  CHECK(read_counter(b) == 5);  // the other stream's untouched
+  FA_CUDA_CHECK(cudaStreamDestroy(s1));
+  FA_CUDA_CHECK(cudaStreamDestroy(s2));
+}

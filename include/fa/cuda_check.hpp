@@ -25,6 +25,13 @@ const DeviceInfo& current_device();
 // per device for the whole process, shared by every caller. It is valid until the next call that
 // asks for more, so a caller carves all it needs from one call and uses it stream-ordered.
 void* device_scratch(size_t bytes);
+// An 8-byte counter in device memory for the current device and `stream`, allocated at its first
+// use and kept for the process, and zeroed on `stream` (cudaMemsetAsync) at every call: a
+// persistent grid's work counter (lesson 13), correct for any number of streams, as each stream
+// has its own. Allocating and freeing one on the stream at every call instead (cudaMallocAsync,
+// cudaFreeAsync) made lesson 13 slower and its speed vary from process to process (its README,
+// "The tile counter").
+unsigned long long* zeroed_counter(cudaStream_t stream);
 // Lets `kernel` take `bytes` of dynamic shared memory (above 48 KB a kernel must opt in), or throws.
 template <class Kernel>
 void allow_smem(Kernel* kernel, int bytes);

@@ -158,14 +158,13 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
     FA_CHECK_LAUNCH();
   } else {
     // One block per SM (one fits: shared memory and registers), each looping over work tiles;
-    // the counter hands out the tiles after the first gridDim.x, so it starts at zero.
+    // the counter hands out the tiles after the first gridDim.x, so it starts at zero. It is the
+    // stream's, kept from call to call (fa::zeroed_counter): one allocated and freed at every call
+    // cost speed (README, "The tile counter").
     const int blocks = int(blocks_of(p, 4, max_blocks, sm_count));
-    unsigned long long* counter = nullptr;
-    FA_CUDA_CHECK(cudaMallocAsync(&counter, sizeof(*counter), stream));
-    FA_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(*counter), stream));
+    unsigned long long* counter = fa::zeroed_counter(stream);
     kernel<<<blocks, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, counter, trace);
     FA_CHECK_LAUNCH();
-    FA_CUDA_CHECK(cudaFreeAsync(counter, stream));
   }
 }
 
