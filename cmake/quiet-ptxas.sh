@@ -2,7 +2,8 @@
 # The CUDA compiler launcher of the lesson libraries (cmake/FaLesson.cmake): runs the compile
 # command it is given, keeps ptxas's per-kernel report (-Xptxas=-v: registers, stack, spills) in
 # <object>.ptxas.log beside the object, and prints everything else (errors, warnings), plus one
-# line per kernel that spills registers. A build stays readable, and CI still reads every report.
+# line per kernel that spills registers or whose wgmma instructions are serialised. A build stays
+# readable, and CI still reads every report.
 out=""
 prev=""
 for a in "$@"; do
@@ -18,5 +19,7 @@ fi
 grep -vE '^ptxas info|^ *[0-9]+ bytes stack frame' "$log"
 grep -B2 -E '[1-9][0-9]* bytes spill (stores|loads)' "$log" | grep -E "Function properties|bytes spill" |
   sed 's/^/spill: /'
+# ... and one per kernel whose wgmma ptxas serialised (C7514: it halves a Hopper kernel's speed).
+grep -E 'wgmma.*serializ' "$log" | sed 's/^ptxas info *: */serialised: /'
 rm -f "$log"
 exit $rc
