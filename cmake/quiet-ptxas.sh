@@ -19,7 +19,8 @@ fi
 grep -vE '^ptxas info|^ *[0-9]+ bytes stack frame' "$log"
 grep -B2 -E '[1-9][0-9]* bytes spill (stores|loads)' "$log" | grep -E "Function properties|bytes spill" |
   sed 's/^/spill: /'
-# ... and one per kernel whose wgmma ptxas serialised (C7514: it halves a Hopper kernel's speed).
+# ... and one per kernel whose wgmma ptxas serialised (C7511, C7514, C7520: each wgmma then waits
+# for the one before, and the tensor cores idle between them).
 grep -E 'wgmma.*serializ' "$log" | sed 's/^ptxas info *: */serialised: /'
 rm -f "$log"
 exit $rc
