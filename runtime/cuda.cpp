@@ -1,7 +1,7 @@
 #include <map>
 #include <mutex>
-#include <utility>
 #include <sstream>
+#include <utility>
 
 #include "fa/cuda_check.hpp"
 
