@@ -10,9 +10,10 @@
 #
 # Budgets: every lesson under 1,500 lines; lesson 12's skeleton kernel files under 600 in all; lesson
 # 13's solution kernel.cu under 400 (met since its seams were cut: producer.cuh, consumer.cuh,
-# pipeline.hpp, schedule.hpp). Lesson 12's two are known debts, tracked by the issue "Lessons 12 and
-# 13 along their seams": until its seams are cut they may not grow past the counts below (a ratchet:
-# lower a debt when a change shrinks it, never raise it). Lesson 12's kernel files are its .cu and
+# pipeline.hpp, schedule.hpp). Lesson 12 is under 1,500 since its preprocess and dQ pass became
+# lesson 11's, run over its own query tiles (dkdv.cuh). Its skeleton kernel files are a known debt,
+# tracked by the issue "Lessons 12 and 13 along their seams": until its seams are cut they may not
+# grow past the count below (a ratchet: lower the debt when a change shrinks it, never raise it). Lesson 12's kernel files are its .cu and
 # .cuh: when its kernel.cu was split into sequences.cuh, forward.cuh and backward.cuh (the same
 # code, the same SASS), the count took in the headers; their includes, TODO lists and opening
 # comments added 65 lines to the 1,298 of the one kernel.cu, and both debts moved with them (the
@@ -28,9 +29,8 @@ cd "$root" || exit 1
 limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
-# Known debts (see the header): the most each may be until the seams are cut.
-debt_l12_lesson=1600    # lesson 12's own code plus new headers
-debt_l12_cu=1116        # lesson 12's skeleton kernel files (.cu and .cuh)
+# The known debt (see the header): the most it may be until the seams are cut.
+debt_l12_cu=1005        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk
@@ -74,7 +74,6 @@ for d in lessons/[0-9][0-9]_*/; do
   done
   total=$(( own_lines + new_lines ))
   budget=$limit_lesson
-  [ "$name" = 12_gqa_varlen_gate ] && budget=$debt_l12_lesson
   printf "%-26s %8d %12d %8d %8d\n" "$name" "$own_lines" "$new_lines" "$total" "$budget"
   if [ "$total" -ge "$budget" ]; then echo "student-lines: $name: $total lines to read, over its budget of $budget"; fail=1; fi
 done
@@ -85,6 +84,6 @@ echo "lesson 12's skeleton kernel files (.cu, .cuh): $l12_cu lines (target under
 echo "lesson 13's solution kernel.cu: $l13_kernel lines (under $limit_l13_kernel)"
 [ "$l12_cu" -ge "$debt_l12_cu" ] && { echo "student-lines: lesson 12's skeleton kernel files grew past their debt of $debt_l12_cu"; fail=1; }
 [ "$l13_kernel" -ge "$limit_l13_kernel" ] && { echo "student-lines: lesson 13's kernel.cu has $l13_kernel lines, $limit_l13_kernel or more"; fail=1; }
-[ "$l12_cu" -lt "$limit_l12_cu" ] && echo "lesson 12's seams' target met: remove its debts"
+[ "$l12_cu" -lt "$limit_l12_cu" ] && echo "lesson 12's seams' target met: remove its debt"
 if [ $fail -ne 0 ]; then echo "student-lines: over budget (maintainers/student-lines.sh says why)"; exit 1; fi
 echo "student-lines: every lesson within its budget"

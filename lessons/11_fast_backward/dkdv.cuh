@@ -1,11 +1,13 @@
 // Your copy of this lesson, generated from solutions/11_fast_backward/dkdv.cuh by fa-skeleton.
 // Lesson 11's dK/dV block: the steps of the dK/dV kernel and of the dQ pass on one tile, as device
-// functions. kernel.cu's kernels call them between their own ring and mask code, and so do lesson
-// 12's (GQA, packed sequences and the gate around the same steps; it includes this file).
+// functions, and the dQ pass itself, for any source of query tiles. kernel.cu's kernels call the
+// steps between their own ring and mask code, and so do lesson 12's (GQA, packed sequences and the
+// gate around the same steps; it includes this file); both lessons run the same dQ pass.
 #pragma once
 
 #include <cstdint>
 
+#include "../08_pipelining/load_tile.cuh"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
@@ -20,7 +22,42 @@ inline const fa::TodoList kDkdvTodosLeft = {
     "TODO(6) in dkdv.cuh: for each k16 step kc over the rows, P^T's and dS^T's A fragments from s and dp",
     "TODO(7) in dkdv.cuh: wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the",
     "TODO(9) in dkdv.cuh: for each k16 step kc over the keys, dS's A fragment packed from dp (fa::pack2<T>)",
+    "TODO(3) in dkdv.cuh: D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from",
+    "TODO(8) in dkdv.cuh: dS = P (dP - D) in dp for the warp's rows (row = 16 warp + g + 8 (e / 2) from q0,",
 };
+
+// A value of shared memory read where it is used: the compiler may not keep a volatile read in a
+// register across a loop, so it costs a register only for an instant. The dQ pass keeps its query
+// tile's bounds so (lesson 12's kernels, at the 255-register limit, keep more).
+template <class X>
+__device__ __forceinline__ X fresh(const X& x) { return *static_cast<const volatile X*>(&x); }
+// The same for 16 bytes at once (one shared-memory load): four ints, or two int64 (16-byte aligned).
+__device__ __forceinline__ int4 fresh(const int4& x) {
+  int4 v;
+  asm volatile("ld.volatile.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(fa::smem_addr(&x)));
+  return v;
+}
+__device__ __forceinline__ int2 fresh(const int2& x) {
+  int2 v;
+  asm volatile("ld.volatile.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(fa::smem_addr(&x)));
+  return v;
+}
+__device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
+  long long a, b;
+  asm volatile("ld.volatile.shared.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "r"(fa::smem_addr(x)));
+  return make_longlong2(a, b);
+}
+
+// The swizzled tiles assume that shared-memory rows of 128 bytes start at 128-byte boundaries. A
+// kernel with static __shared__ variables gets its dynamic buffer after them, by default only
+// 16-byte aligned, so it declares the buffer __align__(128): the buffer then starts at the next
+// 128-byte boundary, at an address the compiler still knows. The check traps (an error at the
+// next synchronisation) if a compiler ever places it otherwise.
+__device__ __forceinline__ void check_tile_alignment(const void* tiles) {
+  if (threadIdx.x == 0 && (fa::smem_addr(tiles) & 127u) != 0) __trap();
+}
 
 // A lane's ldmatrix byte offsets (lesson 08's patterns; step k along the columns is an XOR with
 // 32 k), computed by the kernel once:
@@ -205,6 +242,122 @@ __device__ __forceinline__ void store_dq(const float (&acc)[kDT][4], T* dqb, int
       *reinterpret_cast<uint32_t*>(dqb + row * dq_row + dt * 8 + 2 * t) =
           fa::pack2<T>(acc[dt][2 * hh] * scale, acc[dt][2 * hh + 1] * scale);
   }
+}
+
+// ---- The preprocess and the dQ pass, over any source of query tiles ------------------------------
+// What a block of the preprocess or of the dQ pass needs of its query tile (kRows rows of query
+// head h), written by the block's thread 0 (Rows::begin) and read back where it is used (fresh):
+// no register holds it. Rows: lesson 11's dense tensors (kernel.cu's DenseRows), lesson 12's packed
+// sequences with the gate (its backward.cuh's PackedRows).
+struct QueryTile {
+  int64_t k, v;              // element offsets of its K/V head's row 0 in K and V (a pair: fresh_pair)
+  int64_t q, dout, dq, o;    // and of its head's row 0 in Q, dO, dQ and O
+  int64_t lse, stats;        // index of that row 0 in the LSE, and in the statistics (lse2, delta)
+  int4 loop;                 // what the key loop reads: n_tiles, n_full (lesson 06's bounds), len_k, q0 + offset
+  int tile, h, len_q;        // tile -1: none (a spare block)
+};
+
+// D_i = dO_i . O_i and LSE2_i = LSE_i log2(e) (less the gate's row term, Rows::kGate) for the kRows
+// rows of the block's query tile, D / 8 threads a row, 8 values each. The statistics have whole
+// tiles of rows: the rows past len_q get LSE2 = +inf (so P = 0 there) and D = 0, and the dK/dV
+// kernel loads whole tiles of both without a bounds check.
+template <class T, int D, int kRows, class Rows>
+__global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::Args a, float* lse2, float* delta) {
+  constexpr int kLanes = D / 8;
+  __shared__ QueryTile qt;
+  __shared__ typename Rows::Gate gate;
+  if (threadIdx.x == 0) Rows::begin(p, a, kRows, kRows, qt, gate);
+  __syncthreads();
+  if (qt.tile < 0) return;
+  const int c = threadIdx.x % kLanes, i = qt.tile * kRows + threadIdx.x / kLanes;
+  float sum = 0.f;
+  // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
+  //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
+  //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
+  //   statistics index qt.stats + i, delta (0 past len_q) and lse2 = lse[qt.lse + i] log2(e)
+  //   (+inf past len_q), less Rows::row_term with Rows::kGate.
+}
+
+// The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming
+// past in a two-stage ring, as in lesson 08's forward. Per key tile it recomputes S = Q K^T and
+// dP = dO V^T, forms dS = P (dP - D) in registers and accumulates dQ += dS K: every dQ element is a
+// sum in one fixed order, in one thread. Rows says which query tile a block takes and where its
+// rows are: lesson 11's dense tensors (kernel.cu), lesson 12's packed sequences (its backward.cuh),
+// whose gate also adds each key's term to the logits (Rows::kGate: keys, row_terms).
+template <class T, int D, int kKeys, int kWarps, class Rows>
+__global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams p, const typename Rows::Args a) {
+  constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
+  T* sQ = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
+  T* sdO = sQ + kRows * D;
+  T* sK = sdO + kRows * D;  // two stages
+  T* sV = sK + 2 * kKeys * D;
+  __shared__ QueryTile qt;
+  __shared__ typename Rows::Gate gate;  // Rows's own (lesson 12: the gate's G and anchor)
+  if (threadIdx.x == 0) Rows::begin(p, a, kRows, kKeys, qt, gate);
+  __syncthreads();
+  if (qt.tile < 0) return;
+  auto q0 = [&] { return fresh(qt.tile) * kRows; };
+  auto len_k = [&] { return fresh(qt.loop.z); };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const T* kbase = static_cast<const T*>(p.k);
+  const T* vbase = static_cast<const T*>(p.v);
+
+  lesson08::load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + qt.q, p.q_stride.row, q0(), qt.len_q);
+  lesson08::load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + qt.dout, p.do_stride.row, q0(), qt.len_q);
+  if (fresh(qt.loop.x) > 0) {
+    const longlong2 kv = fresh_pair(&qt.k);
+    lesson08::load_tile<kThreads, kKeys, D>(sK, kbase + kv.x, p.k_stride.row, 0, len_k());
+    lesson08::load_tile<kThreads, kKeys, D>(sV, vbase + kv.y, p.v_stride.row, 0, len_k());
+  }
+  fa::cp_async_commit();
+
+  // This thread's two rows (g and g + 8 of the warp's 16): their LSE (base 2) and D.
+  const int64_t r0 = qt.stats + q0() + 16 * warp + g;
+  const float l2[2] = {a.lse2[r0], a.lse2[r0 + 8]}, dd[2] = {a.delta[r0], a.delta[r0 + 8]};
+  const float sl2 = p.scale * fa::kLog2e;
+  float acc[kDT][4] = {};
+  float rows[2] = {0.f, 0.f};  // Rows::kGate: this thread's part of its two rows' sums of dS
+  const uint32_t q_addr = fa::smem_addr(sQ), do_addr = fa::smem_addr(sdO), k_addr = fa::smem_addr(sK),
+                 v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const Offsets off{a_off, b_off, t_off};
+
+  for (int j = 0;; ++j) {
+    const int4 top = fresh(qt.loop);
+    if (j >= top.x) break;
+    fa::cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < top.x) {
+      const int slot = (j + 1) % 2;
+      const longlong2 kv = fresh_pair(&qt.k);
+      lesson08::load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase + kv.x, p.k_stride.row, (j + 1) * kKeys, top.z);
+      lesson08::load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase + kv.y, p.v_stride.row, (j + 1) * kKeys, top.z);
+    }
+    fa::cp_async_commit();
+    const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
+
+    // S = Q K^T and dP = dO V^T for the warp's 16 rows.
+    float s[kNT][4] = {}, dp[kNT][4] = {};
+    scores<T, D, kKeys>(s, dp, q_addr, do_addr, kj, vj, off);
+    // The tile's bounds (and Rows's key terms), read once after S, where Q's and K's fragments
+    // are dead. Rows are counted from q0: key col is masked at or past len_k (lim.z), or (causal)
+    // past row + q0 + offset (lim.w); only tiles from n_full (lim.y) on need the mask.
+    const int4 lim = fresh(qt.loop);
+    const typename Rows::Keys keys = Rows::keys(a, gate);
+    // TODO(8): dS = P (dP - D) in dp for the warp's rows (row = 16 warp + g + 8 (e / 2) from q0,
+    //   column col = j kKeys + nt 8 + 2 t + e % 2), P = exp2(s scale log2(e) - lg) with lg the
+    //   row's LSE2 (plus, with Rows::kGate, kg[e % 2]), and 0 where j >= n_full and col is masked.
+    accumulate_dq<T, D, kKeys>(dp, acc, kj, off);  // dQ += dS K
+  }
+  fa::cp_async_wait<0>();
+
+  if constexpr (Rows::kGate) Rows::row_terms(p, a, qt, gate, rows, q0() + 16 * warp + g, lane);
+  store_dq<T>(acc, static_cast<T*>(p.dq) + qt.dq, p.dq_stride.row, [&] { return q0() + 16 * warp; }, qt.len_q, p.scale,
+              lane);
 }
 
 }  // namespace lesson11

@@ -1,7 +1,7 @@
 // Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/backward.cuh by fa-skeleton.
 // Lesson 12's backward kernels: the preprocess (D, and the gate's anchors), lesson 11's dK/dV
-// kernel over the tile map with GQA, packed sequences, the gate and dG, the dQ conversion and the
-// deterministic dQ pass. Part of kernel.cu, which alone includes it.
+// kernel over the tile map with GQA, packed sequences, the gate and dG, and the query tiles of
+// lesson 11's deterministic dQ pass. Part of kernel.cu, which alone includes it.
 #pragma once
 
 #include "fa/device.cuh"
@@ -15,53 +15,14 @@ namespace {
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first one
 // with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
 const fa::TodoList kBackwardTodosLeft = {
-    "TODO(17) in backward.cuh: subtract the row's gate_diff (the anchor of its query tile, as in the forward),",
     "TODO(18) in backward.cuh: kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below",
     "TODO(19) in backward.cuh: add this step's dS to the column sums: each thread's values of keys g and g + 8",
     "TODO(20) in backward.cuh: the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +",
     "TODO(21) in backward.cuh: after the last query tile of head h, the same lanes store dG = -colsum for their",
+    "TODO(17) in backward.cuh: the row's gate_diff (at position i + offset, from the tile's anchor, as in the",
 };
 
 // ---- Backward ----------------------------------------------------------------------------------
-// The backward's per-row statistics, in rows padded per sequence to whole kStatRows tiles
-// (lesson12::stat_row): D_i = dO_i . O_i, and LSE2_i = LSE_i log2(e) - (with the gate) qg_i, the
-// row's anchored G difference folded in, so the inner loops only add the key's. One block per
-// (query tile of kStatRows rows, head), D / 8 threads a row.
-template <class T, int D, bool kGate>
-__global__ void preprocess_kernel(const fa::AttnParams p, const int2* qmap, const int* qcount, const int* qtile_start,
-                                  const double* G, float* lse2, float* delta, int64_t stat_stride) {
-  constexpr int kLanes = D / 8;
-  const int h = head(p.heads_q);
-  int b = 0, tile = 0;
-  if (!work_item(p, qmap, qcount, entry(p.heads_q), fa::ceil_div(p.seqlen_q, lesson12::kStatRows), false, b, tile))
-    return;
-  const Seq s = sequence(p, b);
-  const int c = threadIdx.x % kLanes, q0 = tile * lesson12::kStatRows, i = q0 + threadIdx.x / kLanes;
-  float sum = 0.f;
-  if (i < s.len_q) {
-    const T* o = static_cast<const T*>(p.o) + q_offset(p.o_stride, s, h) + i * p.o_stride.row + 8 * c;
-    const T* d = static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h) + i * p.do_stride.row + 8 * c;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 a = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
-      sum = fmaf(a.x, e.x, fmaf(a.y, e.y, sum));
-    }
-  }
-  sum = fa::group_sum<kLanes>(sum);
-  if (c == 0) {
-    const int64_t row = lesson12::stat_row(s.varlen, b, h, i, p.heads_q, stat_stride, s.varlen ? qtile_start[b] : 0);
-    float l2 = i < s.len_q ? p.lse[lse_index(p, s, h) + i] * fa::kLog2e : INFINITY;
-    if constexpr (kGate) {
-      // TODO(17): subtract the row's gate_diff (the anchor of its query tile, as in the forward),
-      //   for rows i < len_q with a key position i + len_k - len_q >= 0.
-    }
-    delta[row] = i < s.len_q ? sum : 0.f;
-    lse2[row] = l2;
-  }
-}
-
 // Lesson 11's dK/dV kernel, one block per (key tile, kv head) of a sequence. With kGate the
 // logits get the keys' anchored G differences (the rows' are in LSE2), and each key's column sum
 // of dS (over the rows of one query head) is kept in registers and stored, negated, as dG.
@@ -316,132 +277,80 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, bd.w, bd.y, p.scale, warp, lane);
 }
 
-// The deterministic dQ pass (lesson 11), one block per (query tile of kStatRows rows, head), with
-// the keys' gate differences beside the rows' LSE2.
-template <class T, int D, int kKeys, int kWarps, bool kGate>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-    dq_kernel(const fa::AttnParams p, const int2* qmap, const int* qcount, const int* qtile_start, const double* G,
-              const float* lse2, const float* delta, int64_t stat_stride, float* dG_rows) {
-  constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
-  static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
-  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
-  T* sQ = reinterpret_cast<T*>(smem);
-  check_tile_alignment(smem);
-  T* sdO = sQ + kRows * D;
-  T* sK = sdO + kRows * D;
-  T* sV = sK + 2 * kKeys * D;
-  // The block's sequence, bounds and K/V offsets in shared memory (the forward's reason: registers
-  // are at the limit), read as in the forward: once a key tile, as 16-byte loads.
-  __shared__ Block blk;
-  __shared__ int ts;
-  __shared__ int4 loop;  // what the key loop reads: n_tiles, n_full, len_k, q0 + offset
-  __shared__ alignas(16) int64_t kv_at[2];
-  __shared__ int64_t gh_at;  // gate_index of (sequence, head h)
-  __shared__ double anchor_s;  // the gate's anchor
-  const int h = head(p.heads_q);
-  if (threadIdx.x == 0) {
-    blk = block_of(p, qmap, qcount, entry(p.heads_q), kRows, kKeys);
-    if (blk.tile >= 0) {
-      const int hk = h / (p.heads_q / p.heads_kv);
-      ts = blk.s.varlen ? qtile_start[blk.s.b] : 0;
-      kv_at[0] = k_offset(p.k_stride, blk.s, hk);
-      kv_at[1] = k_offset(p.v_stride, blk.s, hk);
-      loop = make_int4(blk.n_tiles, blk.n_full, blk.s.len_k, blk.tile * kRows + blk.offset);
-      gh_at = gate_index(p, blk.s, h);
-      if (kGate)
-        anchor_s = blk.s.len_k > 0 ? G[gh_at + lesson12::gate_anchor(blk.tile * kRows, blk.s.len_q, blk.s.len_k)] : 0.0;
+// The query tiles of lesson 11's preprocess and deterministic dQ pass (dkdv.cuh's preprocess_kernel
+// and dq_kernel): one block per (map entry, query head), kStatRows rows. The statistics' rows are
+// padded per sequence to whole tiles (lesson12::stat_row). With the gate, the preprocess folds the
+// row's anchored G difference into its LSE2 (row_term), so the inner loops only add the key's
+// (keys), and the dQ pass stores the row terms of dG (row_terms).
+template <bool kGateOn>
+struct PackedRows {
+  static constexpr bool kGate = kGateOn;
+  struct Args {
+    const float *lse2, *delta;
+    const int2* qmap;
+    const int *qcount, *qtile_start;
+    int64_t stat_stride;
+    const double* G;
+    float* dG_rows;
+  };
+  struct Gate {
+    int64_t at;      // gate_index of (sequence, head h)
+    double anchor;   // G at the tile's anchor
+    int offset;      // len_k - len_q
+  };
+  // The key terms of a key tile: G and the anchor read once (after S, where fragments are dead).
+  struct Keys {
+    const double* gh;
+    double anchor;
+    __device__ void terms(int c, int len_k, float (&kg)[2]) const {
+      if (c < len_k) kg[0] = gate_diff(gh, c, anchor);
+      if (c + 1 < len_k) kg[1] = gate_diff(gh, c + 1, anchor);
     }
+  };
+  __device__ static Keys keys(const Args& a, const Gate& gate) {
+    if constexpr (kGate) return {a.G + fresh(gate.at), fresh(gate.anchor)};
+    return {nullptr, 0.0};
   }
-  __syncthreads();
-  if (blk.tile < 0) return;
-  const Seq& s = blk.s;
-  auto q0 = [&] { return fresh(blk.tile) * kRows; };
-  auto offset = [&] { return fresh(blk.offset); };
-  auto len_k = [&] { return fresh(blk.s.len_k); };
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-
-  load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + q_offset(p.q_stride, s, h), p.q_stride.row, q0(), s.len_q);
-  load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + q_offset(p.do_stride, s, h), p.do_stride.row, q0(),
-                                s.len_q);
-  if (fresh(blk.n_tiles) > 0) {
-    const longlong2 kv = fresh_pair(kv_at);
-    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, 0, len_k());
-    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, 0, len_k());
+  __device__ static void begin(const fa::AttnParams& p, const Args& a, int rows, int keys, lesson11::QueryTile& t, Gate& gate) {
+    const int h = head(p.heads_q);
+    const Block k = block_of(p, a.qmap, a.qcount, entry(p.heads_q), rows, keys);
+    t.tile = k.tile;
+    if (k.tile < 0) return;
+    const Seq& s = k.s;
+    const int hk = h / (p.heads_q / p.heads_kv);
+    t.k = k_offset(p.k_stride, s, hk);
+    t.v = k_offset(p.v_stride, s, hk);
+    t.q = q_offset(p.q_stride, s, h);
+    t.dout = q_offset(p.do_stride, s, h);
+    t.dq = q_offset(p.dq_stride, s, h);
+    t.o = q_offset(p.o_stride, s, h);
+    t.lse = lse_index(p, s, h);
+    t.stats = lesson12::stat_row(s.varlen, s.b, h, 0, p.heads_q, a.stat_stride, s.varlen ? a.qtile_start[s.b] : 0);
+    t.loop = make_int4(k.n_tiles, k.n_full, s.len_k, k.tile * rows + k.offset);
+    t.h = h;
+    t.len_q = s.len_q;
+    gate.at = gate_index(p, s, h);
+    gate.offset = k.offset;
+    if (kGate) gate.anchor = s.len_k > 0 ? a.G[gate.at + lesson12::gate_anchor(k.tile * rows, s.len_q, s.len_k)] : 0.0;
   }
-  fa::cp_async_commit();
-
-  const int64_t r0 = lesson12::stat_row(s.varlen, s.b, h, q0() + 16 * warp + g, p.heads_q, stat_stride, ts);
-  const float l2[2] = {lse2[r0], lse2[r0 + 8]}, dd[2] = {delta[r0], delta[r0 + 8]};
-  const float sl2 = p.scale * fa::kLog2e;
-  float acc[kDT][4] = {};
-  float rows[2] = {0.f, 0.f};  // kGate: this thread's part of its two rows' sums of dS
-  const uint32_t q_addr = fa::smem_addr(sQ), do_addr = fa::smem_addr(sdO), k_addr = fa::smem_addr(sK),
-                 v_addr = fa::smem_addr(sV);
-  const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
-  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
-  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
-  const lesson11::Offsets off{a_off, b_off, t_off};
-
-  for (int j = 0;; ++j) {
-    const int4 top = fresh(loop);
-    if (j >= top.x) break;
-    fa::cp_async_wait<0>();
-    __syncthreads();
-    if (j + 1 < top.x) {
-      const int slot = (j + 1) % 2;
-      const longlong2 kv = fresh_pair(kv_at);
-      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, (j + 1) * kKeys, top.z);
-      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, (j + 1) * kKeys, top.z);
-    }
-    fa::cp_async_commit();
-    const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
-
-    float sacc[kNT][4] = {}, dp[kNT][4] = {};
-    lesson11::scores<T, D, kKeys>(sacc, dp, q_addr, do_addr, kj, vj, off);
-    // The tile's bounds (and the gate's G and anchor), read once after S, where Q's and K's
-    // fragments are dead. Rows are counted from q0: key col is masked at or past len_k, or
-    // (causal) past row + q0 + offset.
-    const int4 lim = fresh(loop);
-    const bool masked = j >= lim.y;
-    const double* gh = kGate ? G + fresh(gh_at) : nullptr;
-    const double anchor = kGate ? fresh(anchor_s) : 0.0;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int c = j * kKeys + nt * 8 + 2 * t;
-      float kg[2] = {0.f, 0.f};
-      if constexpr (kGate) {
-        if (c < lim.z) kg[0] = gate_diff(gh, c, anchor);
-        if (c + 1 < lim.z) kg[1] = gate_diff(gh, c + 1, anchor);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float lg = l2[e / 2];
-        if constexpr (kGate) lg += kg[e % 2];
-        float pv = fa::ex2(fmaf(sacc[nt][e], sl2, -lg));
-        if (masked) {
-          const int row = 16 * warp + g + 8 * (e / 2), col = c + e % 2;
-          if (col >= lim.z || (p.causal && col > row + lim.w)) pv = 0.f;
-        }
-        dp[nt][e] = pv * (dp[nt][e] - dd[e / 2]);
-        if constexpr (kGate) rows[e / 2] += dp[nt][e];
-      }
-    }
-    lesson11::accumulate_dq<T, D, kKeys>(dp, acc, kj, off);
+  // The row's gate term, subtracted from its LSE2 by the preprocess: row i of the tile's sequence.
+  __device__ static float row_term(const Args& a, const lesson11::QueryTile& t, const Gate& gate, int i) {
+    float term = 0.f;
+    // TODO(17): the row's gate_diff (at position i + offset, from the tile's anchor, as in the
+    //   forward) for rows i < len_q with a key position i + offset >= 0; 0 for the others.
+    return term;
   }
-  fa::cp_async_wait<0>();
-
-  if constexpr (kGate) {
-    // The row terms of dG: this block owns its rows, so a plain store (no atomics, the same
-    // bits every run).
+  // The row terms of dG: this block owns its rows, so a plain store (no atomics, the same bits
+  // every run). row0: the thread's first row (g of its warp's 16), the second 8 further.
+  __device__ static void row_terms(const fa::AttnParams&, const Args& a, const lesson11::QueryTile& t, const Gate& gate,
+                                   const float (&rows)[2], int row0, int lane) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = fa::group_sum<4>(rows[hh]);
-      const int row = q0() + 16 * warp + g + 8 * hh, pos = row + offset();
-      if (t == 0 && row < s.len_q && pos >= 0) dG_rows[gate_index(p, s, h) + pos] = sum;
+      const int row = row0 + 8 * hh, pos = row + fresh(gate.offset);
+      if (lane % 4 == 0 && row < t.len_q && pos >= 0) a.dG_rows[fresh(gate.at) + pos] = sum;
     }
   }
-  T* dqb = static_cast<T*>(p.dq) + q_offset(p.dq_stride, s, h);
-  lesson11::store_dq<T>(acc, dqb, p.dq_stride.row, [&] { return q0() + 16 * warp; }, s.len_q, p.scale, lane);
-}
+};
 
 }  // namespace

@@ -202,8 +202,11 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, x.G, stream);
   launch_plan(x.qmap, p, R, kDqKeys, true, stream);
   launch_plan(x.kmap, p, c.keys, R, false, stream);
-  preprocess_kernel<T, D, kGate><<<grid_of(x.qmap.entries * p.heads_q), R * (D / 8), 0, stream>>>(
-      p, x.qmap.order, x.qmap.count, x.qmap.tile_start, x.G, x.lse2, x.delta, stat_stride);
+  using Rows = PackedRows<kGate>;
+  const typename Rows::Args rows{x.lse2, x.delta, x.qmap.order, x.qmap.count, x.qmap.tile_start, stat_stride, x.G,
+                                 kGate ? x.dG + gate_elements(p) : nullptr};
+  lesson11::preprocess_kernel<T, D, R, Rows><<<grid_of(x.qmap.entries * p.heads_q), R * (D / 8), 0, stream>>>(
+      p, rows, x.lse2, x.delta);
   FA_CHECK_LAUNCH();
   if constexpr (kGate) FA_CUDA_CHECK(cudaMemsetAsync(x.dG, 0, 2 * gate_elements(p) * sizeof(float), stream));
   constexpr int smem = lesson11::smem_bytes(c);
@@ -226,11 +229,10 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
                                                              x.lse2, x.delta, stat_stride, nullptr, x.dG, nullptr);
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = lesson11::dq_smem_bytes(D);
-    auto dq = dq_kernel<T, D, kDqKeys, kDqWarps, kGate>;
+    static_assert(16 * kDqWarps == R, "the dQ pass's query tiles are the statistics' tiles (kStatRows rows)");
+    auto dq = lesson11::dq_kernel<T, D, kDqKeys, kDqWarps, Rows>;
     fa::allow_smem(dq, dq_smem);
-    dq<<<grid_of(x.qmap.entries * p.heads_q), kDqWarps * 32, dq_smem, stream>>>(
-        p, x.qmap.order, x.qmap.count, x.qmap.tile_start, x.G, x.lse2, x.delta, stat_stride,
-        kGate ? x.dG + gate_elements(p) : nullptr);
+    dq<<<grid_of(x.qmap.entries * p.heads_q), kDqWarps * 32, dq_smem, stream>>>(p, rows);
     FA_CHECK_LAUNCH();
   }
   if constexpr (kGate) launch_scan<float, float, true>(p, x.dG, x.dG + gate_elements(p), p.dgate, stream);

@@ -10,6 +10,7 @@
 
 #include "../08_pipelining/load_tile.cuh"
 #include "../08_pipelining/tiles.hpp"
+#include "../11_fast_backward/dkdv.cuh"
 #include "../11_fast_backward/tiles.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
@@ -64,28 +65,10 @@ __device__ __forceinline__ int64_t gate_index(const fa::AttnParams& p, const Seq
   return s.varlen ? int64_t(h) * p.total_k + s.k_tok : (int64_t(s.b) * p.heads_q + h) * p.seqlen_k;
 }
 
-// A value of shared memory read where it is used: the compiler may not keep a volatile read in
-// a register across the loop, so it costs a register only for an instant.
-template <class X>
-__device__ __forceinline__ X fresh(const X& x) { return *static_cast<const volatile X*>(&x); }
-// The same for 16 bytes at once (one shared-memory load): four ints, or two int64 (16-byte aligned).
-__device__ __forceinline__ int4 fresh(const int4& x) {
-  int4 v;
-  asm volatile("ld.volatile.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(fa::smem_addr(&x)));
-  return v;
-}
-__device__ __forceinline__ int2 fresh(const int2& x) {
-  int2 v;
-  asm volatile("ld.volatile.shared.v2.s32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(fa::smem_addr(&x)));
-  return v;
-}
-__device__ __forceinline__ longlong2 fresh_pair(const int64_t* x) {
-  long long a, b;
-  asm volatile("ld.volatile.shared.v2.s64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "r"(fa::smem_addr(x)));
-  return make_longlong2(a, b);
-}
+// Shared-memory values read where they are used (fresh, fresh_pair): lesson 11's, whose dQ pass
+// keeps its bounds so too.
+using lesson11::fresh;
+using lesson11::fresh_pair;
 
 // ---- The tile map ------------------------------------------------------------------------------
 // One block of kPlanThreads threads: every tile of every sequence (tiles of `tile` rows of the
@@ -165,18 +148,13 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 }
 
 // ---- Tiles and blocks --------------------------------------------------------------------------
-// The swizzled tiles assume that shared memory rows of 128 bytes start at 128-byte boundaries. The
-// dynamic buffer comes after the kernel's static __shared__ variables (the block's bounds below),
-// and by default it is only 16-byte aligned: forward_kernel's 96 bytes of them would put every row
-// of a tile across two 128-byte lines, and each cp.async row would take two shared-memory
-// wavefronts instead of one (README, "The 96 bytes", has what it costs). Each kernel below
-// declares the buffer __align__(128): it then starts at the next 128-byte boundary, at an address
-// the compiler still knows (rounding the pointer up at run time instead makes every tile address
-// a register, which is slower). The check traps (an error at the next synchronisation, which
-// every test makes) if a compiler ever places it otherwise.
-__device__ __forceinline__ void check_tile_alignment(const void* tiles) {
-  if (threadIdx.x == 0 && (fa::smem_addr(tiles) & 127u) != 0) __trap();
-}
+// The swizzled tiles assume 128-byte aligned rows (lesson11::check_tile_alignment): each kernel
+// below declares its dynamic buffer __align__(128), or forward_kernel's 96 bytes of static
+// __shared__ bounds would put every row of a tile across two 128-byte lines, and each cp.async row
+// would take two shared-memory wavefronts instead of one (README, "The 96 bytes", has what it
+// costs). (Rounding the pointer up at run time instead makes every tile address a register,
+// which is slower.)
+using lesson11::check_tile_alignment;
 
 // Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
 using lesson08::load_tile;

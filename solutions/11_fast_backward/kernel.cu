@@ -1,6 +1,6 @@
 // Lesson 11: the backward pass on the tensor cores. Lesson 10 computes the gradients clearly on
 // the CUDA cores; here the same algorithm runs on mma.sync with lesson 08's machinery:
-//   1. preprocess_kernel: D_i = rowsum(dO_i * O_i) and the LSE in base 2, per query row;
+//   1. preprocess_kernel (dkdv.cuh): D_i = rowsum(dO_i * O_i) and the LSE in base 2, per query row;
 //   2. dkdv_kernel: one block per key tile; K and V stay in shared memory, the query tiles (Q, dO,
 //      LSE, D) stream past through a two-buffer cp.async ring. Each warp owns 16 keys: it
 //      recomputes S^T = K Q^T and dP^T = V dO^T, turns them into P^T and dS^T in registers, and
@@ -10,8 +10,9 @@
 //        through shared memory to change hands between warps), then convert_kernel scales and rounds;
 //      pass (p.deterministic): dq_kernel, one block per query tile, recomputes S and dP and sums
 //        dS K over the key tiles in a fixed order: no atomics, bitwise reproducible, ~1.4x the math.
-// The kernels are here; the steps of one tile they call (the products on fragments, the dQ
-// atomics, the stores) are in dkdv.cuh, which lesson 12's kernels call too.
+// The dK/dV kernel is here; the steps of one tile it calls (the products on fragments, the dQ
+// atomics, the stores), the preprocess and the dQ pass are in dkdv.cuh, which lesson 12 runs too
+// (the preprocess and the dQ pass over its own query tiles: DenseRows below are this lesson's).
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson11
 //   lessons/11_fast_backward/profile.sh
@@ -41,42 +42,6 @@ const fa::TodoList kTodosLeft = {
 
 // Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
 using lesson08::load_tile;
-
-// D_i = dO_i . O_i and LSE_i log2(e), written to rows of `padded` entries per (batch, head): the
-// pad rows get LSE = +inf (so P = 0 there) and D = 0, and the dK/dV kernel loads whole tiles of
-// both without a bounds check. D / 8 threads per row, 8 values each.
-template <class T, int D>
-__global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* delta, int padded) {
-  constexpr int kLanes = D / 8;
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row = idx / kLanes;  // the grid covers the padded rows exactly: no thread idles
-  const int c = static_cast<int>(idx % kLanes);
-  const int bh = static_cast<int>(row / padded), i = static_cast<int>(row % padded);
-  const int b = bh / p.heads_q, h = bh % p.heads_q;
-  float sum = 0.f;
-  // TODO(3): D_i: if i < seqlen_q, load this thread's 8 values of dO_i and O_i (one uint4 each,
-  //   through the do/o strides) and sum their products in fp32; then add the row's lanes
-  //   (fa::group_sum<kLanes>) and let lane c == 0 write delta[row] (0 past seqlen_q) and
-  //   lse2[row] = lse * log2(e) (+inf past seqlen_q).
-  // BEGIN SOLUTION
-  if (i < p.seqlen_q) {
-    const T* o = static_cast<const T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.row + 8 * c;
-    const T* d = static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head + i * p.do_stride.row + 8 * c;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 a = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
-      sum = fmaf(a.x, e.x, fmaf(a.y, e.y, sum));
-    }
-  }
-  sum = fa::group_sum<kLanes>(sum);
-  if (c == 0) {
-    delta[row] = i < p.seqlen_q ? sum : 0.f;
-    lse2[row] = i < p.seqlen_q ? p.lse[int64_t(bh) * p.seqlen_q + i] * fa::kLog2e : INFINITY;
-  }
-  // END SOLUTION
-}
 
 // dK and dV of one key tile (and, with kAtomicDq, its share of dQ). Block (x, y): key tile x of
 // (batch, kv head) y; with grouped-query heads it visits the query tiles of every head of its group.
@@ -209,92 +174,42 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, k0, p.seqlen_k, p.scale, warp, lane);
 }
 
-// The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming
-// past in a two-stage ring, as in lesson 08's forward. Per key tile it recomputes S = Q K^T and
-// dP = dO V^T, forms dS = P (dP - D) in registers and accumulates dQ += dS K: every dQ element
-// is a sum in one fixed order, in one thread.
-template <class T, int D, int kKeys, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams p, const float* lse2, const float* delta,
-                                                            int padded) {
-  constexpr int kThreads = kWarps * 32, kRows = 16 * kWarps, kNT = kKeys / 8, kDT = D / 8;
-  extern __shared__ uint4 smem[];
-  T* sQ = reinterpret_cast<T*>(smem);
-  T* sdO = sQ + kRows * D;
-  T* sK = sdO + kRows * D;  // two stages
-  T* sV = sK + 2 * kKeys * D;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
-  const int hk = h / (p.heads_q / p.heads_kv);
-  const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
-  const int q0 = tile * kRows;
-  const int offset = p.seqlen_k - p.seqlen_q;
-  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
-  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-  int k_end = p.seqlen_k, n_full = p.seqlen_k / kKeys;
-  if (p.causal) {
-    k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
-    n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
-  }
-  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
-
-  load_tile<kThreads, kRows, D>(sQ, static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head,
-                                p.q_stride.row, q0, p.seqlen_q);
-  load_tile<kThreads, kRows, D>(sdO, static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head,
-                                p.do_stride.row, q0, p.seqlen_q);
-  if (n_tiles > 0) {
-    load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, 0, p.seqlen_k);
-    load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, 0, p.seqlen_k);
-  }
-  fa::cp_async_commit();
-
-  // This thread's two rows (g and g + 8 of the warp's 16): their LSE (base 2) and D.
-  const int64_t r0 = int64_t(bh) * padded + q0 + 16 * warp + g;
-  const float l2[2] = {lse2[r0], lse2[r0 + 8]}, dd[2] = {delta[r0], delta[r0 + 8]};
-  const float sl2 = p.scale * fa::kLog2e;
-  float acc[kDT][4] = {};
-  const uint32_t q_addr = fa::smem_addr(sQ), do_addr = fa::smem_addr(sdO), k_addr = fa::smem_addr(sK),
-                 v_addr = fa::smem_addr(sV);
-  const uint32_t a_off = 2 * tile_offset(16 * warp + lane % 16, 8 * (lane / 16), D);
-  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
-  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
-  const lesson11::Offsets off{a_off, b_off, t_off};
-
-  for (int j = 0; j < n_tiles; ++j) {
-    fa::cp_async_wait<0>();
-    __syncthreads();
-    if (j + 1 < n_tiles) {
-      const int slot = (j + 1) % 2;
-      load_tile<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase, p.k_stride.row, (j + 1) * kKeys, p.seqlen_k);
-      load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase, p.v_stride.row, (j + 1) * kKeys, p.seqlen_k);
+// The query tiles of the preprocess and of the deterministic dQ pass (dkdv.cuh's kernels): block
+// (x, y) takes query tile x of (batch, head) y, causal the heaviest (last) first, and lesson 06's
+// bounds of its key loop.
+struct DenseRows {
+  static constexpr bool kGate = false;
+  struct Args {
+    const float *lse2, *delta;
+    int padded;  // statistics' rows per (batch, head)
+  };
+  struct Gate {};  // no gate
+  struct Keys {};
+  __device__ static Keys keys(const Args&, const Gate&) { return {}; }
+  __device__ static void begin(const fa::AttnParams& p, const Args& a, int rows, int keys, lesson11::QueryTile& t, Gate&) {
+    const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
+    const int hk = h / (p.heads_q / p.heads_kv);
+    const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
+    const int q0 = tile * rows, offset = p.seqlen_k - p.seqlen_q;
+    int k_end = p.seqlen_k, n_full = p.seqlen_k / keys;
+    if (p.causal) {
+      k_end = min(p.seqlen_k, min(q0 + rows, p.seqlen_q) + offset);
+      n_full = max(0, min(n_full, (q0 + offset + 1) / keys));
     }
-    fa::cp_async_commit();
-    const uint32_t kj = k_addr + (j % 2) * kKeys * D * 2, vj = v_addr + (j % 2) * kKeys * D * 2;
-
-    // S = Q K^T and dP = dO V^T for the warp's 16 rows (dkdv.cuh).
-    float s[kNT][4] = {}, dp[kNT][4] = {};
-    lesson11::scores<T, D, kKeys>(s, dp, q_addr, do_addr, kj, vj, off);
-    // TODO(8): dS = P (dP - D) in dp for the warp's rows, P = exp2(s * scale * log2(e) - LSE2)
-    //   and 0 where j >= n_full and the key is past seqlen_k or masked.
-    // BEGIN SOLUTION
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float pv = fa::ex2(fmaf(s[nt][e], sl2, -l2[e / 2]));
-        if (j >= n_full) {
-          const int row = q0 + 16 * warp + g + 8 * (e / 2), col = j * kKeys + nt * 8 + 2 * t + e % 2;
-          if (col >= p.seqlen_k || (p.causal && col > row + offset)) pv = 0.f;
-        }
-        dp[nt][e] = pv * (dp[nt][e] - dd[e / 2]);
-      }
-    // END SOLUTION
-    lesson11::accumulate_dq<T, D, kKeys>(dp, acc, kj, off);  // dQ += dS K (dkdv.cuh)
+    t.k = b * p.k_stride.batch + hk * p.k_stride.head;
+    t.v = b * p.v_stride.batch + hk * p.v_stride.head;
+    t.q = b * p.q_stride.batch + h * p.q_stride.head;
+    t.dout = b * p.do_stride.batch + h * p.do_stride.head;
+    t.dq = b * p.dq_stride.batch + h * p.dq_stride.head;
+    t.o = b * p.o_stride.batch + h * p.o_stride.head;
+    t.lse = int64_t(bh) * p.seqlen_q;
+    t.stats = int64_t(bh) * a.padded;
+    t.loop = make_int4(k_end > 0 ? fa::ceil_div(k_end, keys) : 0, n_full, p.seqlen_k, q0 + offset);
+    t.tile = tile;
+    t.h = h;
+    t.len_q = p.seqlen_q;
   }
-  fa::cp_async_wait<0>();
-
-  T* dqb = static_cast<T*>(p.dq) + b * p.dq_stride.batch + h * p.dq_stride.head;
-  lesson11::store_dq<T>(acc, dqb, p.dq_stride.row, [&] { return q0 + 16 * warp; }, p.seqlen_q, p.scale, lane);
-}
+};
 
 using lesson11::kDqKeys;  // the dQ pass's tiles (tiles.hpp): 64 rows x 64 keys, 4 warps
 using lesson11::kDqWarps;
@@ -312,8 +227,9 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   float* delta = lse2 + stats;
   float* dq_accum = delta + stats;
 
-  const int64_t pre_threads = int64_t(stats) * (D / 8);  // a multiple of 128 * 8: whole blocks of 256
-  preprocess_kernel<T, D><<<static_cast<unsigned>(pre_threads / 256), 256, 0, stream>>>(p, lse2, delta, padded);
+  constexpr int kPreRows = 64;  // a divisor of padded's 128
+  lesson11::preprocess_kernel<T, D, kPreRows, DenseRows><<<dim3(padded / kPreRows, bh), kPreRows * (D / 8), 0, stream>>>(
+      p, DenseRows::Args{lse2, delta, padded}, lse2, delta);
   FA_CHECK_LAUNCH();
   const dim3 grid(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv);
   constexpr int smem = lesson11::smem_bytes(c);
@@ -333,9 +249,9 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
     kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = lesson11::dq_smem_bytes(D);
-    auto dq = dq_kernel<T, D, kDqKeys, kDqWarps>;
+    auto dq = lesson11::dq_kernel<T, D, kDqKeys, kDqWarps, DenseRows>;
     fa::allow_smem(dq, dq_smem);
-    dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, lse2, delta, padded);
+    dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, DenseRows::Args{lse2, delta, padded});
     FA_CHECK_LAUNCH();
   }
 }
