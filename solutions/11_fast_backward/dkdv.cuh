@@ -4,6 +4,7 @@
 // gate around the same steps; it includes this file); both lessons run the same dQ pass.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "../08_pipelining/load_tile.cuh"
@@ -462,6 +463,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
     //   row's LSE2 (plus, with Rows::kGate, kg[e % 2]), and 0 where j >= n_full and col is masked.
     // BEGIN SOLUTION
     const bool masked = j >= lim.y;
+    const int last = p.causal ? lim.w : INT_MAX - kRows;  // key col is masked past row + last
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int c = j * kKeys + nt * 8 + 2 * t;
@@ -474,7 +476,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
         float pv = fa::ex2(fmaf(s[nt][e], sl2, -lg));
         if (masked) {
           const int row = 16 * warp + g + 8 * (e / 2), col = c + e % 2;
-          if (col >= lim.z || (p.causal && col > row + lim.w)) pv = 0.f;
+          if (col >= lim.z || col > row + last) pv = 0.f;
         }
         dp[nt][e] = pv * (dp[nt][e] - dd[e / 2]);
         if constexpr (Rows::kGate) rows[e / 2] += dp[nt][e];
