@@ -5,6 +5,7 @@
 // gate around the same steps; it includes this file); both lessons run the same dQ pass.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "../08_pipelining/load_tile.cuh"
