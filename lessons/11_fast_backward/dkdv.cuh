@@ -255,7 +255,7 @@ struct QueryTile {
   int64_t q, dout, dq, o;    // and of its head's row 0 in Q, dO, dQ and O
   int64_t lse, stats;        // index of that row 0 in the LSE, and in the statistics (lse2, delta)
   int4 loop;                 // what the key loop reads: n_tiles, n_full (lesson 06's bounds), len_k, q0 + offset
-  int tile, h, len_q;        // tile -1: none (a spare block)
+  int tile, len_q;           // tile -1: none (a spare block)
 };
 
 // D_i = dO_i . O_i and LSE2_i = LSE_i log2(e) (less the gate's row term, Rows::kGate) for the kRows
@@ -263,7 +263,7 @@ struct QueryTile {
 // tiles of rows: the rows past len_q get LSE2 = +inf (so P = 0 there) and D = 0, and the dK/dV
 // kernel loads whole tiles of both without a bounds check.
 template <class T, int D, int kRows, class Rows>
-__global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::Args a, float* lse2, float* delta) {
+__global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::Args a) {
   constexpr int kLanes = D / 8;
   __shared__ QueryTile qt;
   __shared__ typename Rows::Gate gate;
@@ -275,7 +275,7 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::A
   // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
   //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
   //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
-  //   statistics index qt.stats + i, delta (0 past len_q) and lse2 = lse[qt.lse + i] log2(e)
+  //   statistics index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e)
   //   (+inf past len_q), less Rows::row_term with Rows::kGate.
 }
 
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
   }
   fa::cp_async_wait<0>();
 
-  if constexpr (Rows::kGate) Rows::row_terms(p, a, qt, gate, rows, q0() + 16 * warp + g, lane);
+  if constexpr (Rows::kGate) Rows::row_terms(a, qt, gate, rows, q0() + 16 * warp + g, lane);
   store_dq<T>(acc, static_cast<T*>(p.dq) + qt.dq, p.dq_stride.row, [&] { return q0() + 16 * warp; }, qt.len_q, p.scale,
               lane);
 }

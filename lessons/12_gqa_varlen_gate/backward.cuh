@@ -286,7 +286,7 @@ template <bool kGateOn>
 struct PackedRows {
   static constexpr bool kGate = kGateOn;
   struct Args {
-    const float *lse2, *delta;
+    float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
     const int2* qmap;
     const int *qcount, *qtile_start;
     int64_t stat_stride;
@@ -327,7 +327,6 @@ struct PackedRows {
     t.lse = lse_index(p, s, h);
     t.stats = lesson12::stat_row(s.varlen, s.b, h, 0, p.heads_q, a.stat_stride, s.varlen ? a.qtile_start[s.b] : 0);
     t.loop = make_int4(k.n_tiles, k.n_full, s.len_k, k.tile * rows + k.offset);
-    t.h = h;
     t.len_q = s.len_q;
     gate.at = gate_index(p, s, h);
     gate.offset = k.offset;
@@ -342,8 +341,8 @@ struct PackedRows {
   }
   // The row terms of dG: this block owns its rows, so a plain store (no atomics, the same bits
   // every run). row0: the thread's first row (g of its warp's 16), the second 8 further.
-  __device__ static void row_terms(const fa::AttnParams&, const Args& a, const lesson11::QueryTile& t, const Gate& gate,
-                                   const float (&rows)[2], int row0, int lane) {
+  __device__ static void row_terms(const Args& a, const lesson11::QueryTile& t, const Gate& gate, const float (&rows)[2],
+                                   int row0, int lane) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const float sum = fa::group_sum<4>(rows[hh]);

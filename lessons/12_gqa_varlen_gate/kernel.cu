@@ -206,7 +206,7 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   const typename Rows::Args rows{x.lse2, x.delta, x.qmap.order, x.qmap.count, x.qmap.tile_start, stat_stride, x.G,
                                  kGate ? x.dG + gate_elements(p) : nullptr};
   lesson11::preprocess_kernel<T, D, R, Rows><<<grid_of(x.qmap.entries * p.heads_q), R * (D / 8), 0, stream>>>(
-      p, rows, x.lse2, x.delta);
+      p, rows);
   FA_CHECK_LAUNCH();
   if constexpr (kGate) FA_CUDA_CHECK(cudaMemsetAsync(x.dG, 0, 2 * gate_elements(p) * sizeof(float), stream));
   constexpr int smem = lesson11::smem_bytes(c);

@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 struct DenseRows {
   static constexpr bool kGate = false;
   struct Args {
-    const float *lse2, *delta;
+    float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
     int padded;  // statistics' rows per (batch, head)
   };
   struct Gate {};  // no gate
@@ -206,7 +206,6 @@ struct DenseRows {
     t.stats = int64_t(bh) * a.padded;
     t.loop = make_int4(k_end > 0 ? fa::ceil_div(k_end, keys) : 0, n_full, p.seqlen_k, q0 + offset);
     t.tile = tile;
-    t.h = h;
     t.len_q = p.seqlen_q;
   }
 };
@@ -229,7 +228,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
 
   constexpr int kPreRows = 64;  // a divisor of padded's 128
   lesson11::preprocess_kernel<T, D, kPreRows, DenseRows><<<dim3(padded / kPreRows, bh), kPreRows * (D / 8), 0, stream>>>(
-      p, DenseRows::Args{lse2, delta, padded}, lse2, delta);
+      p, DenseRows::Args{lse2, delta, padded});
   FA_CHECK_LAUNCH();
   const dim3 grid(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv);
   constexpr int smem = lesson11::smem_bytes(c);
