@@ -1,13 +1,14 @@
 // Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/backward.cuh by fa-skeleton.
-// Lesson 12's backward kernels: the preprocess (D, and the gate's anchors), lesson 11's dK/dV
-// kernel over the tile map with GQA, packed sequences, the gate and dG, and the query tiles of
-// lesson 11's deterministic dQ pass. Part of kernel.cu, which alone includes it.
+// Lesson 12's backward: lesson 11's kernels (dkdv.cuh) over the tile map, with GQA, packed
+// sequences, the gate and dG: the key tiles of its dK/dV kernel (PackedKeys, with the gate's
+// hooks) and the query tiles of its preprocess and deterministic dQ pass (PackedRows). Part of
+// kernel.cu, which alone includes it.
 #pragma once
 
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
-#include "../11_fast_backward/dkdv.cuh"  // lesson 11's steps of one tile
+#include "../11_fast_backward/dkdv.cuh"  // lesson 11's kernels
 #include "sequences.cuh"  // and with it, lessons 08 and 11's tiles.hpp and plan.hpp
 
 namespace {
@@ -23,259 +24,170 @@ const fa::TodoList kBackwardTodosLeft = {
 };
 
 // ---- Backward ----------------------------------------------------------------------------------
-// Lesson 11's dK/dV kernel, one block per (key tile, kv head) of a sequence. With kGate the
-// logits get the keys' anchored G differences (the rows' are in LSE2), and each key's column sum
-// of dS (over the rows of one query head) is kept in registers and stored, negated, as dG.
-template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq, bool kGate>
-__global__ void __launch_bounds__(kWarps * 32, 1)
-    dkdv_kernel(const fa::AttnParams p, const int2* kmap, const int* kcount, const int* qtile_start, const double* G,
-                const float* lse2, const float* delta, int64_t stat_stride, float* dq_accum, float* dG, float* dG_rows) {
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kKT = kKeys / (16 * kWarps);
-  constexpr int kNT = kSub / 8;
-  constexpr int kDT = D / 8;
+// The key tiles of lesson 11's dK/dV kernel (dkdv.cuh's dkdv_kernel): one block per (map entry,
+// kv head), the entry a key tile of a sequence; it visits the query tiles of every head of its
+// group. The block's sequence and bounds are kept in shared memory by thread 0 (begin) and read
+// where they are used (fresh): dK and dV hold 128 registers a thread, and the kernel is at the
+// 255-register limit. With kGate the logits get the keys' anchored G differences (the rows' are
+// in LSE2), and each key's column sum of dS (over the rows of one query head) is kept and stored,
+// negated, as dG (the hooks below, which the kernel calls only with kGate).
+template <int kKeysT, int kRowsT, bool kGateOn>
+struct PackedKeys {
+  static constexpr int kKeys = kKeysT, kRows = kRowsT;
+  static constexpr bool kGate = kGateOn;
   static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
-  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
-  T* sK = reinterpret_cast<T*>(smem);
-  check_tile_alignment(smem);
-  T* sV = sK + kKeys * D;
-  T* sQ = sV + kKeys * D;
-  T* sdO = sQ + 2 * kRows * D;
-  T* sdS = sdO + 2 * kRows * D;
-  float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);
-  float* sDelta = sL + 2 * kRows;
-
-  // The block's sequence and bounds in shared memory, as in the forward: dK and dV hold 128
-  // registers a thread, and the kernel is at the 255-register limit. The loop reads them as
-  // 16-byte loads (fresh) at the top of an iteration, and again where S^T's fragments are dead:
-  // a few volatile loads an iteration, not one per use.
-  struct KeyBlock {
+  struct Args {
+    const float *lse2, *delta;
+    float* dq_accum;
+    const int2* kmap;
+    const int *kcount, *qtile_start;
+    int64_t stat_stride;
+    const double* G;
+    float *dG, *dG_rows;  // the gate's column terms of dG (dkdv), and its row terms (atomic dQ)
+  };
+  struct Block {
+    int4 iters;   // n_iter, per_head, first, hk * group
+    int4 bounds;  // len_q, len_k, offset, k0
+    int4 tile_of[2];  // per buffer: its query tile's h, q0, masked, bound (tile)
+    // Where head 0's rows start in Q and dO, its statistics (stat_row), its fp32 dQ sums
+    // (lse_index) and its gate (gate_index); head h's are h times the head's stride further.
+    alignas(16) int64_t origin[5];
     Seq s;
-    int k0, hk;  // the first key (-1: past the end of the map) and the K/V head
+    int hk;
   };
-  __shared__ KeyBlock kb;
-  __shared__ int4 iters;   // n_iter, per_head, first, hk * group
-  __shared__ int4 bounds;  // len_q, len_k, offset, k0
-  // Where head 0's rows start in Q and dO, its statistics (stat_row), its fp32 dQ sums (lse_index)
-  // and its gate (gate_index); head h's are h times the head's stride further.
-  __shared__ alignas(16) int64_t origin[5];
-  // Per buffer, its query tile: head h, first row q0, whether it needs the mask, and the mask's
-  // bound (below). Thread 0 writes it as the loads start, and it travels with the tiles: the loop
-  // reads it back where it needs it, with no register held and no division (it / per_head).
-  __shared__ int4 tile_of[2];  // h, q0, masked, bound
-  auto head_row = [&](int buf) { return fresh(reinterpret_cast<const int2&>(tile_of[buf])); };  // h, q0
-  if (threadIdx.x == 0) {
+  __device__ static bool begin(const fa::AttnParams& p, const Args& a, Block& blk) {
     int b = 0, ktile = -1;
-    kb.k0 = -1;
-    if (work_item(p, kmap, kcount, entry(p.heads_kv), fa::ceil_div(p.seqlen_k, kKeys), false, b, ktile)) {
-      const Seq sq = sequence(p, b);
-      const int k0 = ktile * kKeys, offset = sq.len_k - sq.len_q, hk = head(p.heads_kv), group = p.heads_q / p.heads_kv;
-      kb.s = sq;
-      kb.k0 = k0;
-      kb.hk = hk;
-      // The query tiles this key tile visits, for each head of the group: from the first that
-      // sees any of its keys (causal) to the last. Iteration `it` is query tile first + it %
-      // per_head of head hk * group + it / per_head.
-      const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
-      const int per_head = max(0, fa::ceil_div(sq.len_q, kRows) - first);
-      iters = make_int4(per_head * group, per_head, first, hk * group);
-      bounds = make_int4(sq.len_q, sq.len_k, offset, k0);
-      origin[0] = q_offset(p.q_stride, sq, 0);
-      origin[1] = q_offset(p.do_stride, sq, 0);
-      origin[2] = lesson12::stat_row(sq.varlen, b, 0, 0, p.heads_q, stat_stride, sq.varlen ? qtile_start[b] : 0);
-      origin[3] = lse_index(p, sq, 0);
-      origin[4] = gate_index(p, sq, 0);
-    }
+    if (!work_item(p, a.kmap, a.kcount, entry(p.heads_kv), fa::ceil_div(p.seqlen_k, kKeys), false, b, ktile)) return false;
+    const Seq sq = sequence(p, b);
+    const int k0 = ktile * kKeys, offset = sq.len_k - sq.len_q, hk = head(p.heads_kv), group = p.heads_q / p.heads_kv;
+    blk.s = sq;
+    blk.hk = hk;
+    const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
+    const int per_head = max(0, fa::ceil_div(sq.len_q, kRows) - first);
+    blk.iters = make_int4(per_head * group, per_head, first, hk * group);
+    blk.bounds = make_int4(sq.len_q, sq.len_k, offset, k0);
+    blk.origin[0] = q_offset(p.q_stride, sq, 0);
+    blk.origin[1] = q_offset(p.do_stride, sq, 0);
+    blk.origin[2] = lesson12::stat_row(sq.varlen, b, 0, 0, p.heads_q, a.stat_stride, sq.varlen ? a.qtile_start[b] : 0);
+    blk.origin[3] = lse_index(p, sq, 0);
+    blk.origin[4] = gate_index(p, sq, 0);
+    return true;
   }
-  __syncthreads();
-  if (kb.k0 < 0) return;
-  const Seq& s = kb.s;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  // Head h's statistics, fp32 dQ sums and gate: origin[2], [3] and [4] plus h heads' strides
-  // (the parameters', which cost no register).
-  auto stat_at = [&](int h) { return fresh(origin[2]) + h * stat_stride; };
-  auto accum_at = [&](int h) { return fresh(origin[3]) + h * int64_t(is_varlen(p) ? p.total_q : p.seqlen_q); };
-  auto gate_at = [&](int h) { return fresh(origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k); };
-  {
-    const int4 bd = fresh(bounds);
-    const int hk = fresh(kb.hk);
-    load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + k_offset(p.k_stride, s, hk), p.k_stride.row, bd.w, bd.y);
-    load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + k_offset(p.v_stride, s, hk), p.v_stride.row, bd.w, bd.y);
+  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's {h, q0, masked,
+  // bound} as its loads start, and the kernel reads it back where it needs it, with no division
+  // (it / per_head) and no register held.
+  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
+  __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
+  // The query tile after buffer buf's: the head's next one, or the first of the next head.
+  __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
+    const int2 t = fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
+    const bool next_head = t.y + kRows >= fresh(blk.bounds.x);
+    return next_head ? make_int2(t.x + 1, fresh(blk.iters.z) * kRows) : make_int2(t.x, t.y + kRows);
   }
-  // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
-  // and D (whole tiles of statistics: no guard); thread 0 fills the buffer's tile_of. The mask's
-  // bound: causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
-  // otherwise len_k - k0 (masked at k >= bound).
-  auto load_queries = [&](int h, int q0, int buf) {
-    const int4 bd = fresh(bounds);
-    const longlong2 qd = fresh_pair(origin);
-    const T* qbase = static_cast<const T*>(p.q) + qd.x + h * p.q_stride.head;
-    const T* dobase = static_cast<const T*>(p.dout) + qd.y + h * p.do_stride.head;
-    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, bd.x);
-    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, bd.x);
-    const int64_t r0 = stat_at(h) + q0;
-    const int x = threadIdx.x;
-    if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), lse2 + r0 + 4 * x, true);
-    else if (x < kRows / 2)
-      fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), delta + r0 + 4 * (x - kRows / 4), true);
-    if (x == 0) {
-      const bool masked = lesson11::needs_mask(q0, bd.w, kKeys, bd.y, bd.z, p.causal);
-      tile_of[buf] = make_int4(h, q0, masked, p.causal ? q0 + bd.z - bd.w : bd.y - bd.w);
-    }
-  };
-  {
-    const int4 n = fresh(iters);
-    if (n.x > 0) load_queries(n.w, n.z * kRows, 0);
+  __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return fresh(blk.iters); }
+  __device__ static int4 bounds(const fa::AttnParams&, const Block& blk) { return fresh(blk.bounds); }
+  __device__ static longlong2 rows(const fa::AttnParams&, const Block& blk) { return fresh_pair(blk.origin); }
+  // Head h's statistics, fp32 dQ sums and gate: origin[2], [3] and [4] plus h heads' strides.
+  __device__ static int64_t stats(const fa::AttnParams&, const Args& a, const Block& blk, int h) {
+    return fresh(blk.origin[2]) + h * a.stat_stride;
   }
-  fa::cp_async_commit();
+  __device__ static int64_t accum(const fa::AttnParams& p, const Block& blk, int h) {
+    return fresh(blk.origin[3]) + h * int64_t(is_varlen(p) ? p.total_q : p.seqlen_q);
+  }
+  __device__ static int64_t gate_at(const fa::AttnParams& p, const Block& blk, int h) {
+    return fresh(blk.origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k);
+  }
+  __device__ static longlong2 keys(const fa::AttnParams& p, const Block& blk) {
+    const int hk = fresh(blk.hk);
+    return make_longlong2(k_offset(p.k_stride, blk.s, hk), k_offset(p.v_stride, blk.s, hk));
+  }
+  __device__ static longlong2 grads(const fa::AttnParams& p, const Block& blk) {
+    const int hk = fresh(blk.hk);
+    return make_longlong2(k_offset(p.dk_stride, blk.s, hk), k_offset(p.dv_stride, blk.s, hk));
+  }
 
-  float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
-  // kGate: the column sums of dS of the block's keys, for the current query head. Each key's sum
-  // is kept by one lane (t == 0 of the quad holding the key's row of S^T), so no two threads ever
-  // touch the same one; shared memory rather than registers, which dK and dV fill.
-  __shared__ float colsum[kGate ? kKeys : 1];
-  // kGate with atomic dQ: the row sums of dS of the current query tile over the block's keys, two
-  // buffers (iteration it adds to buffer it % 2 while the previous one is flushed, with atomics,
-  // to the row terms of dG: other key tiles add to the same rows). In the deterministic mode the
-  // dQ pass sums the rows instead (it owns them).
-  constexpr bool kRowSums = kGate && kAtomicDq;
-  __shared__ float rowsum[2][kRowSums ? kRows : 1];
-  if constexpr (kGate) {
-    for (int k = threadIdx.x; k < kKeys; k += kThreads) colsum[k] = 0.f;  // before the loop's first barrier
-  }
-  if constexpr (kRowSums) {
-    for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) rowsum[r / kRows][r % kRows] = 0.f;
+  // ---- The gate's hooks (kGate) ----
+  // The column sums of dS of the block's keys, for the current query head: each key's sum is kept
+  // by one lane (t == 0 of the quad holding the key's row of S^T), so no two threads ever touch
+  // the same one; shared memory rather than registers, which dK and dV fill. With atomic dQ, also
+  // the row sums of dS of the current query tile over the block's keys, two buffers (iteration it
+  // adds to buffer it % 2 while the previous one is flushed, with atomics, to the row terms of dG:
+  // other key tiles add to the same rows). In the deterministic mode the dQ pass sums the rows
+  // instead (it owns them).
+  struct Sums {
+    float colsum[kGate ? kKeys : 1];
+    float rowsum[2][kGate ? kRows : 1];
+  };
+  template <int kThreads>
+  __device__ static void clear(Sums& x) {
+    for (int i = threadIdx.x; i < kKeys; i += kThreads) x.colsum[i] = 0.f;
+    for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) x.rowsum[r / kRows][r % kRows] = 0.f;
   }
   // Adds buffer `buf` (query head h's rows from q0) to the row terms of dG and clears it: after a
   // barrier.
-  auto flush_rows = [&](int h, int q0, int len_q, int offset, int buf) {
-    const int x = threadIdx.x;
-    if (x < kRows) {
-      const int row = q0 + x, pos = row + offset;
-      if (row < len_q && pos >= 0) atomicAdd(dG_rows + gate_at(h) + pos, rowsum[buf][x]);
-      rowsum[buf][x] = 0.f;
+  __device__ static void flush_rows(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int h, int q0, int buf) {
+    const int i = threadIdx.x;
+    if (i < kRows) {
+      const int4 bd = fresh(blk.bounds);
+      const int row = q0 + i, pos = row + bd.z;
+      if (row < bd.x && pos >= 0) atomicAdd(a.dG_rows + gate_at(p, blk, h) + pos, x.rowsum[buf][i]);
+      x.rowsum[buf][i] = 0.f;
     }
-  };
-  const float sl2 = p.scale * fa::kLog2e;
-  const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
-  const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
-  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
-  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
-  const lesson11::Offsets off{a_off, b_off, t_off};
-
-  for (int it = 0;; ++it) {
-    const int4 n = fresh(iters);
-    if (it >= n.x) break;
-    const int buf = it & 1;
-    fa::cp_async_wait<0>();
-    __syncthreads();
-    float kg[kKT][2] = {};  // the gate: this thread's keys' differences from the query tile's anchor
-    {  // The iteration's setup, while no fragment is live: its query tile and the bounds in registers.
-      const int4 bd = fresh(bounds);
-      const int2 tile = head_row(buf);
-      const int len_q = bd.x, len_k = bd.y, offset = bd.z, k0 = bd.w, h = tile.x, q0 = tile.y;
-      if (it + 1 < n.x) {
-        // The next iteration's: the head's next query tile, or the first of the next head.
-        const bool next_head = q0 + kRows >= len_q;
-        load_queries(next_head ? h + 1 : h, next_head ? n.z * kRows : q0 + kRows, buf ^ 1);
-      }
-      fa::cp_async_commit();
-      if constexpr (kRowSums) {
-        // The previous iteration's tile (its slot was just rewritten): query tile first + (it - 1)
-        // % per_head of head hk * group + (it - 1) / per_head.
-        if (it > 0) flush_rows(n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, len_q, offset, buf ^ 1);
-      }
-      if constexpr (kGate) {
-        const double* gh = G + gate_at(h);
-        // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
-        //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
-      }
+  }
+  // At iteration it's start, after its barrier, while no fragment is live: the previous
+  // iteration's row sums flushed (its slot was just rewritten), and this thread's keys' terms kg
+  // of the logits for its query tile (in buffer buf).
+  template <bool kAtomicDq, int kKT>
+  __device__ static void start_tile(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int it, int buf,
+                                    int warp, int lane, float (&kg)[kKT][2]) {
+    if constexpr (kAtomicDq) {
+      // The previous iteration's tile: query tile first + (it - 1) % per_head of head first_head +
+      // (it - 1) / per_head.
+      const int4 n = fresh(blk.iters);
+      if (it > 0) flush_rows(p, a, blk, x, n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, (it & 1) ^ 1);
     }
-    const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
-    const float* lse_s = sL + buf * kRows;
-    const float* delta_s = sDelta + buf * kRows;
-
-#pragma unroll 1
-    for (int sub = 0; sub < kRows / kSub; ++sub) {
-    const int r0 = sub * kSub;
-    float sacc[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
-    lesson11::transposed_scores<T, D, kKT, kSub>(sacc, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
-
-    // P^T and dS^T in place (lesson 11), the key's gate difference beside the row's LSE2. The mask
-    // (tile_of), keys counted from the warp's first and rows from the step's first: causal,
-    // key > row + lim; otherwise key >= lim. Causal, keys past len_k are past row + offset for every
-    // row of the sequence, and rows past len_q have P = 0 anyway (LSE2 = +inf): no test of their own.
-    const int4 tile = fresh(tile_of[buf]);
-    const bool masked = tile.z;
-    const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
-#pragma unroll
-    for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
-      const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float lg = e % 2 ? l2.y : l2.x;
-        if constexpr (kGate) lg += kg[kt][e / 2];
-        float pv = fa::ex2(fmaf(sacc[kt][nt][e], sl2, -lg));
-        if (masked) {
-          const lesson11::KeyRow at = lesson11::st_element(lane, nt, e);
-          const int key = 16 * kt + at.key;
-          if (p.causal ? key > at.row + lim : key >= lim) pv = 0.f;
-        }
-        sacc[kt][nt][e] = pv;
-        dp[kt][nt][e] = pv * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
-      }
-    }
-    if constexpr (kGate) {
-      // TODO(19): add this step's dS to the column sums: each thread's values of keys g and g + 8
-      //   (for each kt), summed over its columns, then over the quad (fa::group_sum<4>); lane
-      //   t == 0 adds them to colsum[16 (kKT warp + kt) + g (+ 8)].
-    }
-    if constexpr (kRowSums) {
+    const int4 bd = fresh(blk.bounds);
+    const int2 tile = fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
+    const int len_q = bd.x, len_k = bd.y, k0 = bd.w, h = tile.x, q0 = tile.y, g = lane / 4;
+    const double* gh = a.G + gate_at(p, blk, h);
+    // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
+    //   len_k) from the anchor of the query tile at q0 (lesson12::gate_anchor).
+  }
+  // After a step's dS^T (in dp: the warp's keys, the step's rows from r0): the sums.
+  template <bool kAtomicDq, int kKT, int kNT>
+  __device__ static void add_sums(Sums& x, const float (&dp)[kKT][kNT][4], int r0, int buf, int warp, int lane) {
+    const int g = lane / 4, t = lane % 4;
+    // TODO(19): add this step's dS to the column sums: each thread's values of keys g and g + 8
+    //   (for each kt), summed over its columns, then over the quad (fa::group_sum<4>); lane
+    //   t == 0 adds them to x.colsum[16 (kKT warp + kt) + g (+ 8)].
+    if constexpr (kAtomicDq) {
       // TODO(20): the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +
       //   e % 2) summed over its keys, then over the 8 lanes sharing the column (xor 4, 8, 16);
-      //   lanes 0-3 add them to rowsum[buf][column] (atomicAdd: every warp holds the same rows).
-    }
-
-    // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS (lesson 11's dkdv.cuh).
-    lesson11::accumulate_dkdv<T, D, kKT, kSub, kRows, kAtomicDq>(sacc, dp, dk, dv, sdS, q_addr, do_addr, off, r0, warp,
-                                                                  lane);
-    }  // sub
-
-    // The iteration's query head and first row again, where S^T's fragments are dead.
-    const int2 tile = head_row(buf);
-    const int h = tile.x, q0 = tile.y;
-    if constexpr (kGate) {
-      const int4 bd = fresh(bounds);
-      const int len_q = bd.x, len_k = bd.y, k0 = bd.w;
-      // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
-      //   keys below len_k and set colsum back to 0 for the next head.
-    }
-
-    // The fp32 sums of dQ: (heads_q, total_q, D) varlen, (batch, heads_q, seqlen_q, D) dense.
-    if constexpr (kAtomicDq)
-      lesson11::atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, q0, warp, lane, dq_accum, [&] { return accum_at(h); },
-                                                       [&] { return fresh(bounds.x); });
-  }
-  if constexpr (kRowSums) {
-    const int n_iter = fresh(iters.x), last = (n_iter - 1) & 1;
-    if (n_iter > 0) {
-      __syncthreads();
-      const int4 bd = fresh(bounds);
-      const int2 tile = head_row(last);
-      flush_rows(tile.x, tile.y, bd.x, bd.z, last);
+      //   lanes 0-3 add them to x.rowsum[buf][column] (atomicAdd: every warp holds the same rows).
     }
   }
-  fa::cp_async_wait<0>();
-
-  const int4 bd = fresh(bounds);
-  const int hk = fresh(kb.hk);
-  T* dkb = static_cast<T*>(p.dk) + k_offset(p.dk_stride, s, hk);
-  T* dvb = static_cast<T*>(p.dv) + k_offset(p.dv_stride, s, hk);
-  lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, bd.w, bd.y, p.scale, warp, lane);
-}
+  // After the query tile (h, q0) = tile, where S^T's fragments are dead.
+  template <int kKT>
+  __device__ static void end_tile(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int2 tile, int warp,
+                                  int lane) {
+    const int4 bd = fresh(blk.bounds);
+    const int len_q = bd.x, len_k = bd.y, k0 = bd.w, h = tile.x, q0 = tile.y, g = lane / 4, t = lane % 4;
+    // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
+    //   keys below len_k and set colsum back to 0 for the next head.
+  }
+  // After the loop: the last iteration's row sums (its tile in buffer (n_iter - 1) % 2).
+  template <bool kAtomicDq>
+  __device__ static void finish(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x) {
+    if constexpr (kAtomicDq) {
+      const int n_iter = fresh(blk.iters.x), last = (n_iter - 1) & 1;
+      if (n_iter > 0) {
+        __syncthreads();
+        const int2 tile = fresh(reinterpret_cast<const int2&>(blk.tile_of[last]));
+        flush_rows(p, a, blk, x, tile.x, tile.y, last);
+      }
+    }
+  }
+};
 
 // The query tiles of lesson 11's preprocess and deterministic dQ pass (dkdv.cuh's preprocess_kernel
 // and dq_kernel): one block per (map entry, query head), kStatRows rows. The statistics' rows are

@@ -209,24 +209,25 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
       p, rows);
   FA_CHECK_LAUNCH();
   if constexpr (kGate) FA_CUDA_CHECK(cudaMemsetAsync(x.dG, 0, 2 * gate_elements(p) * sizeof(float), stream));
+  using Keys = PackedKeys<c.keys, c.rows, kGate>;
+  auto keys = [&](float* dq_accum, float* dG_rows) {
+    return typename Keys::Args{x.lse2, x.delta, dq_accum, x.kmap.order, x.kmap.count, x.qmap.tile_start, stat_stride, x.G, x.dG, dG_rows};
+  };
   constexpr int smem = lesson11::smem_bytes(c);
   const unsigned kv_blocks = grid_of(x.kmap.entries * p.heads_kv);
   if (atomic_dq) {
     FA_CUDA_CHECK(cudaMemsetAsync(x.dq_accum, 0, q_rows * D * sizeof(float), stream));
-    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, kGate>;
+    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, Keys>;
     fa::allow_smem(kernel, smem);
-    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, x.kmap.order, x.kmap.count, x.qmap.tile_start, x.G,
-                                                             x.lse2, x.delta, stat_stride, x.dq_accum, x.dG,
-                                                             kGate ? x.dG + gate_elements(p) : nullptr);
+    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, keys(x.dq_accum, kGate ? x.dG + gate_elements(p) : nullptr));
     FA_CHECK_LAUNCH();
     lesson11::convert_kernel<T, D><<<grid_of((q_rows * (D / 8) + 255) / 256), 256, 0, stream>>>(
         p, x.dq_accum, varlen ? p.total_q : p.seqlen_q, varlen ? 1 : p.batch);
     FA_CHECK_LAUNCH();
   } else {
-    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, kGate>;
+    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, Keys>;
     fa::allow_smem(kernel, smem);
-    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, x.kmap.order, x.kmap.count, x.qmap.tile_start, x.G,
-                                                             x.lse2, x.delta, stat_stride, nullptr, x.dG, nullptr);
+    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, keys(nullptr, nullptr));
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = lesson11::dq_smem_bytes(D);
     static_assert(16 * kDqWarps == R, "the dQ pass's query tiles are the statistics' tiles (kStatRows rows)");

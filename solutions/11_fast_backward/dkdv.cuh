@@ -1,7 +1,8 @@
-// Lesson 11's dK/dV block: the steps of the dK/dV kernel and of the dQ pass on one tile, as device
-// functions, and the dQ pass itself, for any source of query tiles. kernel.cu's kernels call the
-// steps between their own ring and mask code, and so do lesson 12's (GQA, packed sequences and the
-// gate around the same steps; it includes this file); both lessons run the same dQ pass.
+// Lesson 11's dK/dV block: the backward's kernels, written once for any source of tiles, and the
+// steps of one tile they call (the products on fragments, the dQ atomics, the stores): the
+// preprocess, the dK/dV kernel (over a source of key tiles), convert_kernel, and the deterministic
+// dQ pass (over a source of query tiles). kernel.cu's sources are the dense tensors'; lesson 12's
+// are its packed sequences, with GQA and the gate (it includes this file).
 #pragma once
 
 #include <climits>
@@ -16,8 +17,8 @@
 namespace lesson11 {
 
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first TODO
-// left, of this file or kernel.cu, with "lesson 11 not implemented yet: <it>" (and lesson 12's,
-// which runs these steps, too). Delete an entry when you have written its code.
+// left, of this file or tiles.hpp, with "lesson 11 not implemented yet: <it>" (and lesson 12's,
+// which runs these kernels, too). Delete an entry when you have written its code.
 inline const fa::TodoList kDkdvTodosLeft = {
     // @todos-left
 };
@@ -241,6 +242,207 @@ __device__ __forceinline__ void store_dkdv(const float (&dk)[kKT][kDT][4], const
             fa::pack2<T>(dv[kt][dt][2 * hh], dv[kt][dt][2 * hh + 1]);
       }
     }
+}
+
+// ---- The dK/dV kernel, over any source of key tiles ----------------------------------------------
+// One block per key tile: K and V stay in shared memory while the query tiles it sees (Q, dO, and
+// their rows' LSE2 and D) stream past through a two-buffer cp.async ring. Each warp owns 16 kKT
+// keys: it recomputes S^T = K Q^T and dP^T = V dO^T, turns them into P^T and dS^T in registers,
+// and accumulates dV += P^T dO and dK += dS^T Q in registers, without a trip through memory.
+// With kAtomicDq it also adds the tile's share of dQ to fp32 sums (atomic_dq).
+//
+// Cols says which key tile a block takes and where its rows are: lesson 11's dense tensors
+// (kernel.cu's DenseKeys, everything from the block index and the parameters), lesson 12's packed
+// sequences (its backward.cuh's PackedKeys, kept in shared memory by the block's thread 0: that
+// kernel is at the 255-register limit). What the kernel asks of it:
+//   Cols::Args       the kernel's second parameter: lse2, delta, dq_accum and Cols's own;
+//   Cols::Block      what begin keeps in shared memory (empty for lesson 11);
+//   begin(p, a, blk) on thread 0: the block's key tile; false if it has none (a spare block);
+//   iters(p, blk)    {iterations, query tiles per head, the first query tile, the first query head}:
+//                    iteration `it` visits query tile first + it % per_head of head first_head +
+//                    it / per_head (the heads of a kv head's group, one after the other);
+//   bounds(p, blk)   {len_q, len_k, offset = len_k - len_q, k0 (the tile's first key)};
+//   rows(p, blk)     the element offsets of query head 0's row 0 in Q and dO (head h: + h strides);
+//   stats(p, a, blk, h), accum(p, blk, h): the index of head h's row 0 in the statistics (lse2,
+//                    delta) and in the fp32 dQ sums (rows of D floats);
+//   keys(p, blk), grads(p, blk): the element offsets of the kv head's row 0 in K and V, in dK and dV;
+//   tile(p, blk, it, buf) iteration it's query tile, in buffer buf: {head h, first row q0, whether
+//                    it needs the mask, the mask's bound} (lesson 11 computes it from it; lesson 12
+//                    keeps what loading(p, blk, buf, tile) was told on thread 0 as the loads began);
+//   next(p, blk, it, buf) iteration it + 1's {h, q0}, after iteration it's barrier.
+// Cols::kGate: lesson 12's gate, through its hooks (Sums, clear, start_tile, add_sums, end_tile,
+// finish), called only then.
+template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq, class Cols>
+__global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnParams p, const typename Cols::Args a) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kKT = kKeys / (16 * kWarps);  // m16 tiles of keys per warp
+  constexpr int kNT = kSub / 8;   // n8 tiles of the warp's S^T (16 kKT keys x kSub rows)
+  constexpr int kDT = D / 8;      // n8 tiles of its dK and dV (16 keys x D)
+  static_assert(Cols::kKeys == kKeys && Cols::kRows == kRows, "Cols's tiles are the kernel's");
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: see check_tile_alignment
+  T* sK = reinterpret_cast<T*>(smem);
+  check_tile_alignment(smem);
+  T* sV = sK + kKeys * D;
+  T* sQ = sV + kKeys * D;        // two buffers
+  T* sdO = sQ + 2 * kRows * D;   // two buffers
+  T* sdS = sdO + 2 * kRows * D;  // dS^T, kKeys x kRows (atomic dQ only)
+  float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);  // two buffers of kRows LSE (base 2)
+  float* sDelta = sL + 2 * kRows;                            // two buffers of kRows D
+
+  __shared__ typename Cols::Block blk;
+  __shared__ bool has_tile;
+  if (threadIdx.x == 0) has_tile = Cols::begin(p, a, blk);
+  __syncthreads();
+  if (!has_tile) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
+  {
+    const int4 bd = Cols::bounds(p, blk);
+    if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), bd.w, kKeys, kRows + fa::kKeysOwned);
+    const longlong2 kv = Cols::keys(p, blk);
+    lesson08::load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, bd.w, bd.y);
+    lesson08::load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, bd.w, bd.y);
+  }
+  // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
+  // and D (whole tiles of statistics: no guard); thread 0 tells Cols the tile. The mask's bound:
+  // causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
+  // otherwise len_k - k0 (masked at k >= bound).
+  auto load_queries = [&](int h, int q0, int buf) {
+    const int4 bd = Cols::bounds(p, blk);
+    const longlong2 qd = Cols::rows(p, blk);
+    const T* qbase = static_cast<const T*>(p.q) + qd.x + h * p.q_stride.head;
+    const T* dobase = static_cast<const T*>(p.dout) + qd.y + h * p.do_stride.head;
+    lesson08::load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, bd.x);
+    lesson08::load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, bd.x);
+    const int64_t r0 = Cols::stats(p, a, blk, h) + q0;
+    const int x = threadIdx.x;
+    if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), a.lse2 + r0 + 4 * x, true);
+    else if (x < kRows / 2)
+      fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), a.delta + r0 + 4 * (x - kRows / 4), true);
+    if (x == 0) {
+      const bool masked = needs_mask(q0, bd.w, kKeys, bd.y, bd.z, p.causal);
+      Cols::loading(p, blk, buf, make_int4(h, q0, masked, p.causal ? q0 + bd.z - bd.w : bd.y - bd.w));
+    }
+  };
+  {
+    const int4 n = Cols::iters(p, blk);
+    if (n.x > 0) load_queries(n.w, n.z * kRows, 0);
+  }
+  fa::cp_async_commit();
+
+  float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
+  __shared__ typename Cols::Sums sums;  // lesson 12's gate: the sums of dS it keeps (empty here)
+  if constexpr (Cols::kGate) Cols::template clear<kThreads>(sums);  // before the loop's first barrier
+  const float sl2 = p.scale * fa::kLog2e;
+  // ldmatrix byte offsets: A from the warp's first 16 keys of K or V; B from Q or dO for S^T =
+  // K Q^T and dP^T = V dO^T; .trans B from dO for dV, Q for dK, K for dQ.
+  const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
+  const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
+  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
+  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
+  const Offsets off{a_off, b_off, t_off};
+
+  for (int it = 0;; ++it) {
+    const int4 n = Cols::iters(p, blk);
+    if (it >= n.x) break;
+    if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
+    const int buf = it & 1;
+    // TODO(4): the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the
+    //   tiles visible to every warp, every warp done with the previous iteration's buffer and
+    //   dS^T), then, if there is an iteration it + 1, start its query tile (Cols::next) into
+    //   buffer buf ^ 1 (load_queries); commit.
+    // BEGIN SOLUTION
+    fa::cp_async_wait<0>();
+    __syncthreads();
+    if (it + 1 < n.x) {
+      const int2 next = Cols::next(p, blk, it, buf);
+      load_queries(next.x, next.y, buf ^ 1);
+    }
+    fa::cp_async_commit();
+    // END SOLUTION
+    float kg[kKT][2] = {};  // lesson 12's gate: this thread's keys' terms of the logits
+    if constexpr (Cols::kGate) Cols::template start_tile<kAtomicDq>(p, a, blk, sums, it, buf, warp, lane, kg);
+    const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
+    const float* lse_s = sL + buf * kRows;
+    const float* delta_s = sDelta + buf * kRows;
+
+    // The tile kSub rows at a time: one step's S^T and dP^T live at once. Not unrolled.
+#pragma unroll 1
+    for (int sub = 0; sub < kRows / kSub; ++sub) {
+    const int r0 = sub * kSub;  // the step's first row within the tile
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows.
+    float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
+    transposed_scores<T, D, kKT, kSub>(s, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
+
+    // The mask, from Cols::tile's bound, keys counted from the warp's first and rows from the
+    // step's first: causal, key > row + lim; otherwise key >= lim. Causal, keys past len_k are past
+    // row + offset for every row of the sequence, and rows past len_q have P = 0 anyway (LSE2 =
+    // +inf): no test of their own.
+    const int4 tile = Cols::tile(p, blk, it, buf);
+    const bool masked = tile.z;
+    const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
+    // TODO(5): P^T and dS^T in place, in three passes over the registers: s[kt][nt][e] (m16 tile
+    //   kt of the warp's keys; the key and row within their tiles from st_element) becomes P =
+    //   exp2(s scale log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 +
+    //   kg[kt][e / 2]); then, if the tile is masked, P = 0 where the key is (the tests above, key =
+    //   16 kt + the element's key: one loop for each mode, so no element chooses its test); then
+    //   dp[kt][nt][e] becomes dS = P (dP - D[row]) (D from delta_s).
+    // BEGIN SOLUTION
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float lg = e % 2 ? l2.y : l2.x;
+        if constexpr (Cols::kGate) lg += kg[kt][e / 2];
+        s[kt][nt][e] = fa::ex2(fmaf(s[kt][nt][e], sl2, -lg));
+      }
+    }
+    if (masked) {
+      auto mask = [&](auto masks) {
+#pragma unroll
+        for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const KeyRow at = st_element(lane, nt, e);
+          if (masks(16 * kt + at.key, at.row)) s[kt][nt][e] = 0.f;
+        }
+      };
+      if (p.causal) mask([&](int key, int row) { return key > row + lim; });
+      else mask([&](int key, int) { return key >= lim; });
+    }
+#pragma unroll
+    for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[kt][nt][e] = s[kt][nt][e] * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
+    }
+    // END SOLUTION
+    if constexpr (Cols::kGate) Cols::template add_sums<kAtomicDq>(sums, dp, r0, buf, warp, lane);
+
+    // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS.
+    accumulate_dkdv<T, D, kKT, kSub, kRows, kAtomicDq>(s, dp, dk, dv, sdS, q_addr, do_addr, off, r0, warp, lane);
+    }  // sub
+
+    // The iteration's query head and first row again, where S^T's fragments are dead.
+    const int4 tile = Cols::tile(p, blk, it, buf);
+    if constexpr (Cols::kGate) Cols::template end_tile<kKT>(p, a, blk, sums, make_int2(tile.x, tile.y), warp, lane);
+    if constexpr (kAtomicDq)  // dQ += dS K, added to the fp32 sums
+      atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, tile.y, warp, lane, a.dq_accum,
+                                             [&] { return Cols::accum(p, blk, tile.x); }, [&] { return Cols::bounds(p, blk).x; });
+  }
+  if constexpr (Cols::kGate) Cols::template finish<kAtomicDq>(p, a, blk, sums);
+  fa::cp_async_wait<0>();
+
+  const int4 bd = Cols::bounds(p, blk);
+  const longlong2 out = Cols::grads(p, blk);
+  store_dkdv<T>(dk, dv, static_cast<T*>(p.dk) + out.x, static_cast<T*>(p.dv) + out.y, p.dk_stride.row, p.dv_stride.row,
+                bd.w, bd.y, p.scale, warp, lane);
 }
 
 // The atomic strategy's last kernel: dQ = scale * (the fp32 sums), rounded to T, through dQ's

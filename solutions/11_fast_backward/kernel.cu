@@ -10,15 +10,14 @@
 //        through shared memory to change hands between warps), then convert_kernel scales and rounds;
 //      pass (p.deterministic): dq_kernel, one block per query tile, recomputes S and dP and sums
 //        dS K over the key tiles in a fixed order: no atomics, bitwise reproducible, ~1.4x the math.
-// The dK/dV kernel is here; the steps of one tile it calls (the products on fragments, the dQ
-// atomics, the stores), the preprocess and the dQ pass are in dkdv.cuh, which lesson 12 runs too
-// (the preprocess and the dQ pass over its own query tiles: DenseRows below are this lesson's).
+// The kernels are in dkdv.cuh, written once for any source of tiles, which lesson 12 runs too over
+// its packed sequences. Here: this lesson's sources (DenseKeys, the key tiles of the dK/dV kernel;
+// DenseRows, the query tiles of the preprocess and the dQ pass), the launches and the variants.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson11
 //   lessons/11_fast_backward/profile.sh
 #include <string>
 
-#include "../08_pipelining/load_tile.cuh"
 #include "../08_pipelining/tiles.hpp"
 #include "dkdv.cuh"
 #include "fa/cuda_check.hpp"
@@ -31,148 +30,65 @@ namespace {
 
 using lesson11::Config;
 using lesson11::kConfigs;
-using lesson11::tile_offset;
-
-// Each entry is a TODO of this file you have not written yet; the tests stop at the lowest one
-// left, of this file or dkdv.cuh, with "lesson 11 not implemented yet: <it>". Delete an entry when
-// you have written its code.
-const fa::TodoList kTodosLeft = {
-    // @todos-left
-};
-
-// Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
-using lesson08::load_tile;
-
-// dK and dV of one key tile (and, with kAtomicDq, its share of dQ). Block (x, y): key tile x of
-// (batch, kv head) y; with grouped-query heads it visits the query tiles of every head of its group.
-template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq>
-__global__ void __launch_bounds__(kWarps * 32, 1)
-    dkdv_kernel(const fa::AttnParams p, const float* lse2, const float* delta, int padded, float* dq_accum) {
-  constexpr int kThreads = kWarps * 32;
-  constexpr int kKT = kKeys / (16 * kWarps);  // m16 tiles of keys per warp
-  constexpr int kNT = kSub / 8;   // n8 tiles of the warp's S^T (16 kKT keys x kSub rows)
-  constexpr int kDT = D / 8;      // n8 tiles of its dK and dV (16 keys x D)
-  extern __shared__ uint4 smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + kKeys * D;
-  T* sQ = sV + kKeys * D;     // two buffers
-  T* sdO = sQ + 2 * kRows * D;  // two buffers
-  T* sdS = sdO + 2 * kRows * D;  // dS^T, kKeys x kRows (atomic dQ only)
-  float* sL = reinterpret_cast<float*>(sdS + kKeys * kRows);  // two buffers of kRows LSE (base 2)
-  float* sDelta = sL + 2 * kRows;                            // two buffers of kRows D
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-  const int b = blockIdx.y / p.heads_kv, hk = blockIdx.y % p.heads_kv;
-  const int group = p.heads_q / p.heads_kv;
-  const int k0 = blockIdx.x * kKeys;
-  const int offset = p.seqlen_k - p.seqlen_q;
-  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
-  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-
-  // The query tiles this key tile visits, for each head of the group: from the first that sees
-  // any of its keys (causal) to the last. Iteration `it` is query tile first + it % per_head of
-  // head hk * group + it / per_head.
-  const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
-  const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
-  const int per_head = max(0, n_qtiles - first);
-  const int n_iter = per_head * group;
-  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), k0, kKeys, kRows + fa::kKeysOwned);
-
-  load_tile<kThreads, kKeys, D>(sK, kbase, p.k_stride.row, k0, p.seqlen_k);
-  load_tile<kThreads, kKeys, D>(sV, vbase, p.v_stride.row, k0, p.seqlen_k);
-  // Starts the loads of iteration `it` into buffer `buf`: Q and dO tiles, and the rows' LSE and D
-  // (padded rows: whole 16-byte chunks, no guard).
-  auto load_queries = [&](int it, int buf) {
-    const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
-    const T* qbase = static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head;
-    const T* dobase = static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head;
-    load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, p.seqlen_q);
-    load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, p.seqlen_q);
-    const int64_t r0 = (int64_t(b) * p.heads_q + h) * padded + q0;
-    const int x = threadIdx.x;
-    if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), lse2 + r0 + 4 * x, true);
-    else if (x < kRows / 2)
-      fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), delta + r0 + 4 * (x - kRows / 4), true);
+// The key tiles of the dK/dV kernel (dkdv.cuh's dkdv_kernel): block (x, y) takes key tile x of
+// (batch, kv head) y, and with grouped-query heads visits the query tiles of every head of its
+// group. Nothing kept in shared memory: all of it follows from the block index and the parameters
+// (which cost no register), computed where it is used.
+template <int kKeysT, int kRowsT>
+struct DenseKeys {
+  static constexpr int kKeys = kKeysT, kRows = kRowsT;
+  static constexpr bool kGate = false;
+  struct Args {
+    const float *lse2, *delta;
+    float* dq_accum;
+    int padded;  // statistics' rows per (batch, head)
   };
-  if (n_iter > 0) load_queries(0, 0);
-  fa::cp_async_commit();
-
-  float dk[kKT][kDT][4] = {}, dv[kKT][kDT][4] = {};
-  const float sl2 = p.scale * fa::kLog2e;
-  // ldmatrix byte offsets (dkdv.cuh): A from the warp's first 16 keys of K or V; B from Q or dO
-  // for S^T = K Q^T and dP^T = V dO^T; .trans B from dO for dV, Q for dK, K for dQ.
-  const uint32_t k_addr = fa::smem_addr(sK), v_addr = fa::smem_addr(sV);
-  const uint32_t a_off = 2 * tile_offset(16 * kKT * warp + lane % 16, 8 * (lane / 16), D);
-  const uint32_t b_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);
-  const uint32_t t_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);
-  const lesson11::Offsets off{a_off, b_off, t_off};
-
-  for (int it = 0; it < n_iter; ++it) {
-    if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
-    const int buf = it & 1;
-    const int h = hk * group + it / per_head, q0 = (first + it % per_head) * kRows;
-    // TODO(4): the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the
-    //   tiles visible to every warp, every warp done with the previous iteration's buffer and
-    //   dS^T), then start iteration it + 1 into buffer buf ^ 1 (if there is one) and commit.
-    // BEGIN SOLUTION
-    fa::cp_async_wait<0>();
-    __syncthreads();
-    if (it + 1 < n_iter) load_queries(it + 1, buf ^ 1);
-    fa::cp_async_commit();
-    // END SOLUTION
-    const uint32_t q_addr = fa::smem_addr(sQ + buf * kRows * D), do_addr = fa::smem_addr(sdO + buf * kRows * D);
-    const float* lse_s = sL + buf * kRows;
-    const float* delta_s = sDelta + buf * kRows;
-
-    const bool masked = lesson11::needs_mask(q0, k0, kKeys, p.seqlen_k, offset, p.causal);
-    // The tile kSub rows at a time: one step's S^T and dP^T live at once. Not unrolled.
-#pragma unroll 1
-    for (int sub = 0; sub < kRows / kSub; ++sub) {
-    const int r0 = sub * kSub;  // the step's first row within the tile
-    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 kKT keys and the step's kSub rows.
-    float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
-    lesson11::transposed_scores<T, D, kKT, kSub>(s, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
-
-    // TODO(5): P^T and dS^T in place: s[kt][nt][e] (key tile kt; key and row from lesson11::st_element) becomes
-    //   P = exp2(s * scale * log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s), set to 0 where the
-    //   tile needs the mask (lesson11::needs_mask) and the key is past seqlen_k or masked; then
-    //   dp[kt][nt][e] becomes dS = P * (dP - D[row]) (D from delta_s).
-    // BEGIN SOLUTION
-#pragma unroll
-    for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
-      const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float pv = fa::ex2(fmaf(s[kt][nt][e], sl2, -(e % 2 ? l2.y : l2.x)));
-        if (masked) {
-          const lesson11::KeyRow at = lesson11::st_element(lane, nt, e);
-          const int key = k0 + 16 * (kKT * warp + kt) + at.key, row = q0 + r0 + at.row;
-          if (key >= p.seqlen_k || (p.causal && key > row + offset)) pv = 0.f;
-        }
-        s[kt][nt][e] = pv;
-        dp[kt][nt][e] = pv * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
-      }
-    }
-    // END SOLUTION
-
-    // dV += P^T dO and dK += dS^T Q (dkdv.cuh), and with kAtomicDq dS^T to sdS.
-    lesson11::accumulate_dkdv<T, D, kKT, kSub, kRows, kAtomicDq>(s, dp, dk, dv, sdS, q_addr, do_addr, off, r0, warp, lane);
-    }  // sub
-
-    if constexpr (kAtomicDq)  // dQ += dS K, added to the fp32 sums (dkdv.cuh)
-      lesson11::atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, q0, warp, lane, dq_accum,
-                                                       [&] { return (int64_t(b) * p.heads_q + h) * p.seqlen_q; },
-                                                       [&] { return p.seqlen_q; });
+  struct Block {
+    int4 tile_of[2];  // per buffer: its query tile's h, q0, masked, bound
+  };
+  struct Sums {};
+  __device__ static bool begin(const fa::AttnParams&, const Args&, Block&) { return true; }
+  __device__ static int batch(const fa::AttnParams& p) { return blockIdx.y / p.heads_kv; }
+  __device__ static int kv_head(const fa::AttnParams& p) { return blockIdx.y % p.heads_kv; }
+  __device__ static int4 bounds(const fa::AttnParams& p, const Block&) {
+    return make_int4(p.seqlen_q, p.seqlen_k, p.seqlen_k - p.seqlen_q, blockIdx.x * kKeys);
   }
-  fa::cp_async_wait<0>();
-
-  T* dkb = static_cast<T*>(p.dk) + b * p.dk_stride.batch + hk * p.dk_stride.head;
-  T* dvb = static_cast<T*>(p.dv) + b * p.dv_stride.batch + hk * p.dv_stride.head;
-  lesson11::store_dkdv<T>(dk, dv, dkb, dvb, p.dk_stride.row, p.dv_stride.row, k0, p.seqlen_k, p.scale, warp, lane);
-}
+  // The query tiles the key tile visits, for each head of the group: from the first that sees any
+  // of its keys (causal) to the last.
+  __device__ static int4 iters(const fa::AttnParams& p, const Block&) {
+    const int group = p.heads_q / p.heads_kv;
+    const int first = lesson11::first_query_tile(blockIdx.x * kKeys, p.seqlen_k - p.seqlen_q, kRows, p.causal);
+    const int per_head = max(0, fa::ceil_div(p.seqlen_q, kRows) - first);
+    return make_int4(per_head * group, per_head, first, kv_head(p) * group);
+  }
+  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's {h, q0, masked,
+  // bound} as its loads start (loading), and the kernel reads it back (tile): plain reads, which
+  // the compiler may keep in registers as long as it likes.
+  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
+  __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return blk.tile_of[buf]; }
+  // The query tile after buffer buf's: the head's next one, or the first of the next head.
+  __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
+    const int2 t = lesson11::fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
+    return t.y + kRows >= p.seqlen_q ? make_int2(t.x + 1, iters(p, blk).z * kRows) : make_int2(t.x, t.y + kRows);
+  }
+  __device__ static longlong2 rows(const fa::AttnParams& p, const Block&) {
+    return make_longlong2(batch(p) * p.q_stride.batch, batch(p) * p.do_stride.batch);
+  }
+  __device__ static int64_t stats(const fa::AttnParams& p, const Args& a, const Block&, int h) {
+    return (int64_t(batch(p)) * p.heads_q + h) * a.padded;
+  }
+  __device__ static int64_t accum(const fa::AttnParams& p, const Block&, int h) {
+    return (int64_t(batch(p)) * p.heads_q + h) * p.seqlen_q;
+  }
+  __device__ static longlong2 keys(const fa::AttnParams& p, const Block&) {
+    return make_longlong2(batch(p) * p.k_stride.batch + kv_head(p) * p.k_stride.head,
+                          batch(p) * p.v_stride.batch + kv_head(p) * p.v_stride.head);
+  }
+  __device__ static longlong2 grads(const fa::AttnParams& p, const Block&) {
+    return make_longlong2(batch(p) * p.dk_stride.batch + kv_head(p) * p.dk_stride.head,
+                          batch(p) * p.dv_stride.batch + kv_head(p) * p.dv_stride.head);
+  }
+};
 
 // The query tiles of the preprocess and of the deterministic dQ pass (dkdv.cuh's kernels): block
 // (x, y) takes query tile x of (batch, head) y, causal the heaviest (last) first, and lesson 06's
@@ -218,6 +134,7 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   constexpr Config c = kConfigs[kIndex];
   constexpr int D = c.head_dim;
   static_assert(lesson11::well_formed(c), "a configuration in tiles.hpp is not well formed");
+  using Keys = DenseKeys<c.keys, c.rows>;
   const int bh = p.batch * p.heads_q;
   const int padded = fa::ceil_div(p.seqlen_q, 128) * 128;  // a multiple of every kRows
   const size_t stats = size_t(bh) * padded;
@@ -234,18 +151,18 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   constexpr int smem = lesson11::smem_bytes(c);
   if (atomic_dq) {
     FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum * sizeof(float), stream));
-    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true>;
+    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, Keys>;
     fa::allow_smem(kernel, smem);
-    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, dq_accum);
+    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, typename Keys::Args{lse2, delta, dq_accum, padded});
     FA_CHECK_LAUNCH();
     const int64_t threads = int64_t(bh) * p.seqlen_q * (D / 8);
     lesson11::convert_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, p.seqlen_q,
                                                                                                      p.batch);
     FA_CHECK_LAUNCH();
   } else {
-    auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false>;
+    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, Keys>;
     fa::allow_smem(kernel, smem);
-    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, lse2, delta, padded, nullptr);
+    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, typename Keys::Args{lse2, delta, nullptr, padded});
     FA_CHECK_LAUNCH();
     constexpr int dq_smem = lesson11::dq_smem_bytes(D);
     auto dq = lesson11::dq_kernel<T, D, kDqKeys, kDqWarps, DenseRows>;
@@ -265,7 +182,7 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
   lesson08::throw_if_copy_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
-  fa::throw_if_todos_left("11_fast_backward", {&kTodosLeft, &lesson11::kDkdvTodosLeft});
+  fa::throw_if_todos_left("11_fast_backward", lesson11::kDkdvTodosLeft);
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
