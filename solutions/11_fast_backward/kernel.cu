@@ -65,7 +65,12 @@ struct DenseKeys {
   // bound} as its loads start (loading), and the kernel reads it back (tile): plain reads, which
   // the compiler may keep in registers as long as it likes.
   __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
-  __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return blk.tile_of[buf]; }
+  __device__ static int4 tile(const fa::AttnParams& p, const Block& blk, int, int buf) {
+    const int2 t = reinterpret_cast<const int2&>(blk.tile_of[buf]);
+    const int4 bd = bounds(p, blk);
+    return make_int4(t.x, t.y, lesson11::needs_mask(t.y, bd.w, kKeys, bd.y, bd.z, p.causal),
+                     p.causal ? t.y + bd.z - bd.w : bd.y - bd.w);
+  }
   // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
     const int2 t = lesson11::fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
