@@ -172,6 +172,22 @@ __device__ __forceinline__ void store_dkdv(const float (&dk)[kKT][kDT][4], const
     }
 }
 
+// The query tile (h, q0) as the dK/dV kernel's loop sees it against the key tile of bounds bd
+// ({len_q, len_k, offset, k0}): {h, q0, whether it needs the mask, the mask's bound}. The bound:
+// causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
+// otherwise len_k - k0 (masked at k >= bound).
+template <int kKeys>
+__device__ __forceinline__ int4 query_tile(int h, int q0, int4 bd, bool causal) {
+  return make_int4(h, q0, needs_mask(q0, bd.w, kKeys, bd.y, bd.z, causal), causal ? q0 + bd.z - bd.w : bd.y - bd.w);
+}
+
+// The query tile after (h, q0) = t in a key tile's loop: the head's next one, or the first
+// (tile `first`) of the next head of the group.
+template <int kRows>
+__device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
+  return t.y + kRows >= len_q ? make_int2(t.x + 1, first * kRows) : make_int2(t.x, t.y + kRows);
+}
+
 // ---- The dK/dV kernel, over any source of key tiles ----------------------------------------------
 // One block per key tile: K and V stay in shared memory while the query tiles it sees (Q, dO, and
 // their rows' LSE2 and D) stream past through a two-buffer cp.async ring. Each warp owns 16 kKT
@@ -231,9 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     lesson08::load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, bd.w, bd.y);
   }
   // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
-  // and D (whole tiles of statistics: no guard); thread 0 tells Cols the tile. The mask's bound:
-  // causal, q0 + offset - k0 (key k0 + k is masked past row q0 + r + offset, k > r + bound);
-  // otherwise len_k - k0 (masked at k >= bound).
+  // and D (whole tiles of statistics: no guard); thread 0 tells Cols the tile (query_tile).
   auto load_queries = [&](int h, int q0, int buf) {
     const int4 bd = Cols::bounds(p, blk);
     const longlong2 qd = Cols::rows(p, blk);
@@ -246,10 +260,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), a.lse2 + r0 + 4 * x, true);
     else if (x < kRows / 2)
       fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), a.delta + r0 + 4 * (x - kRows / 4), true);
-    if (x == 0) {
-      const bool masked = needs_mask(q0, bd.w, kKeys, bd.y, bd.z, p.causal);
-      Cols::loading(p, blk, buf, make_int4(h, q0, masked, p.causal ? q0 + bd.z - bd.w : bd.y - bd.w));
-    }
+    if (x == 0) Cols::loading(p, blk, buf, query_tile<kKeys>(h, q0, bd, p.causal));
   };
   {
     const int4 n = Cols::iters(p, blk);

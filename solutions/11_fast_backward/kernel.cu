@@ -44,7 +44,7 @@ struct DenseKeys {
     int padded;  // statistics' rows per (batch, head)
   };
   struct Block {
-    int4 tile_of[2];  // per buffer: its query tile's h, q0, masked, bound
+    int2 tile_of[2];  // per buffer: its query tile's h and q0
   };
   struct Sums {};
   __device__ static bool begin(const fa::AttnParams&, const Args&, Block&) { return true; }
@@ -61,20 +61,19 @@ struct DenseKeys {
     const int per_head = max(0, fa::ceil_div(p.seqlen_q, kRows) - first);
     return make_int4(per_head * group, per_head, first, kv_head(p) * group);
   }
-  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's {h, q0, masked,
-  // bound} as its loads start (loading), and the kernel reads it back (tile): plain reads, which
-  // the compiler may keep in registers as long as it likes.
-  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
+  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's h and q0 as its
+  // loads start (loading), and the kernel reads them back (tile, a plain read the compiler may keep
+  // in a register) and derives the rest from the parameters (which cost no register).
+  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) {
+    blk.tile_of[buf] = make_int2(tile.x, tile.y);
+  }
   __device__ static int4 tile(const fa::AttnParams& p, const Block& blk, int, int buf) {
-    const int2 t = reinterpret_cast<const int2&>(blk.tile_of[buf]);
-    const int4 bd = bounds(p, blk);
-    return make_int4(t.x, t.y, lesson11::needs_mask(t.y, bd.w, kKeys, bd.y, bd.z, p.causal),
-                     p.causal ? t.y + bd.z - bd.w : bd.y - bd.w);
+    const int2 t = blk.tile_of[buf];
+    return lesson11::query_tile<kKeys>(t.x, t.y, bounds(p, blk), p.causal);
   }
   // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
-    const int2 t = lesson11::fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
-    return t.y + kRows >= p.seqlen_q ? make_int2(t.x + 1, iters(p, blk).z * kRows) : make_int2(t.x, t.y + kRows);
+    return lesson11::next_query_tile<kRows>(lesson11::fresh(blk.tile_of[buf]), p.seqlen_q, iters(p, blk).z);
   }
   __device__ static longlong2 rows(const fa::AttnParams& p, const Block&) {
     return make_longlong2(batch(p) * p.q_stride.batch, batch(p) * p.do_stride.batch);

@@ -75,9 +75,8 @@ struct PackedKeys {
   __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
   // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
-    const int2 t = fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
-    const bool next_head = t.y + kRows >= fresh(blk.bounds.x);
-    return next_head ? make_int2(t.x + 1, fresh(blk.iters.z) * kRows) : make_int2(t.x, t.y + kRows);
+    return lesson11::next_query_tile<kRows>(fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])), fresh(blk.bounds.x),
+                                            fresh(blk.iters.z));
   }
   __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return fresh(blk.iters); }
   __device__ static int4 bounds(const fa::AttnParams&, const Block& blk) { return fresh(blk.bounds); }
