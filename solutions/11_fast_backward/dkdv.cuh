@@ -285,6 +285,7 @@ __device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
 //   tile(p, blk, it, buf) iteration it's query tile, in buffer buf: {head h, first row q0, whether
 //                    it needs the mask, the mask's bound} (lesson 11 computes it from it; lesson 12
 //                    keeps what loading(p, blk, buf, tile) was told on thread 0 as the loads began);
+//   head_row(p, blk, it, buf) the same tile's {h, q0} alone;
 //   next(p, blk, it, buf) iteration it + 1's {h, q0}, after iteration it's barrier.
 // Cols::kGate: lesson 12's gate, through its hooks (Sums, clear, start_tile, add_sums, end_tile,
 // finish), called only then.
@@ -441,8 +442,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     }  // sub
 
     // The iteration's query head and first row again, where S^T's fragments are dead.
-    const int4 tile = Cols::tile(p, blk, it, buf);
-    if constexpr (Cols::kGate) Cols::template end_tile<kKT>(p, a, blk, sums, make_int2(tile.x, tile.y), warp, lane);
+    const int2 tile = Cols::head_row(p, blk, it, buf);
+    if constexpr (Cols::kGate) Cols::template end_tile<kKT>(p, a, blk, sums, tile, warp, lane);
     if constexpr (kAtomicDq)  // dQ += dS K, added to the fp32 sums
       atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, tile.y, warp, lane, a.dq_accum,
                                              [&] { return Cols::accum(p, blk, tile.x); }, [&] { return Cols::bounds(p, blk).x; });

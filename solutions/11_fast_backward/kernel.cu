@@ -71,6 +71,7 @@ struct DenseKeys {
     const int2 t = blk.tile_of[buf];
     return lesson11::query_tile<kKeys>(t.x, t.y, bounds(p, blk), p.causal);
   }
+  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) { return blk.tile_of[buf]; }
   // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
     return lesson11::next_query_tile<kRows>(lesson11::fresh(blk.tile_of[buf]), p.seqlen_q, iters(p, blk).z);

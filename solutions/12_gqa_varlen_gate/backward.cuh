@@ -73,6 +73,9 @@ struct PackedKeys {
   // (it / per_head) and no register held.
   __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
   __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
+  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) {
+    return fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
+  }
   // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
     return lesson11::next_query_tile<kRows>(fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])), fresh(blk.bounds.x),
