@@ -39,8 +39,8 @@
 namespace {
 
 using lesson13::kKeys;
-using lesson13::kRows;
-using lesson13::kThreads;
+using lesson13::rows_of;
+using lesson13::threads_of;
 using lesson13::stages_of;
 using lesson13::Smem;
 
@@ -84,7 +84,7 @@ constexpr StepVariant kVariants[] = {
 // kTrace (trace.hpp): thread 0 of each warpgroup records the SM's clock at every change of phase
 // (mark below); the other instantiations compile the marks away.
 template <class T, int D, int kStep, bool kTrace>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(threads_of(D), 1)
     hopper_kernel(const fa::AttnParams p, const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                   const __grid_constant__ CUtensorMap tv, int64_t n_work, unsigned long long* counter,
                   const lesson13::TraceSink trace) {
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto mark = [&](int phase, int64_t key) {
     if constexpr (kTrace) {
       // 32-bit indices (the producer has 40 registers): the host checks lanes x capacity < 2^31.
-      const int lane = 3 * int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) + wg;
+      const int lane = (1 + lesson13::consumers_of(D)) * int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) + wg;
       if (tid == 0) fa::trace_mark<true>(trace, lane, n_marks, phase, key, phase == ph::kExit);
     }
   };
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fa::mbar_init(q_full, 1);  // the producer's arrive, with Q's bytes
     for (int s = 0; s < kStages; ++s) {
       fa::mbar_init(full + 8 * s, 1);   // the producer's arrive (with the bytes it expects)
-      fa::mbar_init(empty + 8 * s, 8);  // one arrive per consumer warp, once its wgmmas on the stage are done
+      fa::mbar_init(empty + 8 * s, 4 * lesson13::consumers_of(D));  // one arrive per consumer warp, once its wgmmas on it are done
     }
     fa::fence_mbar_init();
   }
@@ -148,13 +148,13 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
     fa::allow_smem(kernel, smem);
     configured = true;
   }
-  const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
+  const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, rows_of(D));
   const CUtensorMap tk = make_map(p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = make_map(p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const int64_t n_work = work_tiles(p);
   if constexpr (kStep < 4) {
-    const dim3 grid(fa::ceil_div(p.seqlen_q, kRows), p.heads_q, p.batch);
-    kernel<<<grid, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, nullptr, trace);
+    const dim3 grid(fa::ceil_div(p.seqlen_q, rows_of(D)), p.heads_q, p.batch);
+    kernel<<<grid, threads_of(D), smem, stream>>>(p, tq, tk, tv, n_work, nullptr, trace);
     FA_CHECK_LAUNCH();
   } else {
     // One block per SM (one fits: shared memory and registers), each looping over work tiles;
@@ -163,7 +163,7 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
     // cost speed (README, "The tile counter").
     const int blocks = int(blocks_of(p, 4, max_blocks, sm_count));
     unsigned long long* counter = fa::zeroed_counter(stream);
-    kernel<<<blocks, kThreads, smem, stream>>>(p, tq, tk, tv, n_work, counter, trace);
+    kernel<<<blocks, threads_of(D), smem, stream>>>(p, tq, tk, tv, n_work, counter, trace);
     FA_CHECK_LAUNCH();
   }
 }
@@ -214,7 +214,7 @@ void trace(const fa::AttnParams& p, const fa::TraceSink& sink, cudaStream_t stre
 }
 int64_t trace_lanes(const fa::AttnParams& p) {
   const StepVariant& v = kVariants[p.variant];
-  return 3 * blocks_of(p, v.step, v.max_blocks, fa::current_device().sm_count);
+  return (1 + lesson13::consumers_of(p.head_dim)) * blocks_of(p, v.step, v.max_blocks, fa::current_device().sm_count);
 }
 std::string trace_label(const fa::AttnParams& p) { return std::to_string(kVariants[p.variant].step); }
 

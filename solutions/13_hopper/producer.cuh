@@ -21,6 +21,7 @@ template <class T, int D, int kStep, class Mark>
 __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
   constexpr bool kPersistent = kStep >= 4;
+  constexpr int kRows = rows_of(D);
   using S = Smem<D, kStages>;
   namespace ph = phase;
   using fa::mbar_expect_tx;
@@ -35,7 +36,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   unsigned long long* counter = x.counter;
   // ---- Producer: warp 0 runs the loop, its lane 0 issues every copy; the other three warps
   // only give their registers away.
-  fa::set_max_registers_dec<40>();
+  fa::set_max_registers_dec<consumers_of(D) == 3 ? 32 : 40>();
   if (tid < 32) {
     int64_t w = Scheduler<kPersistent>::first();
     // The ring's next position, counted across work tiles modulo 2 kStages, as the consumers
@@ -49,7 +50,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
       int q0, qz, kz, n_tiles;
     };
     auto copies_of = [&](int64_t work) {
-      const Tile t = tile_of(p, work);
+      const Tile t = tile_of<kRows>(p, work);
       fa::tile_count_begin(p, work, t.q0, kRows, kKeys);
       return Copies{t.q0, t.b * p.heads_q + t.h, t.b * p.heads_kv + t.hk, t.n_tiles};
     };
@@ -80,8 +81,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
     }
     for (int iter = 0;; ++iter) {
       mark(ph::kRendezvous, 0);
-      named_sync(kRendezvous1, kRendezvousThreads);  // both warpgroups are done with Q and know tile w
-      named_sync(kRendezvous2, kRendezvousThreads);
+      for (int wg = 1; wg <= consumers_of(D); ++wg) named_sync(rendezvous(wg), kRendezvousThreads);  // all done with Q, know w
       if (w >= n_work) break;
       int64_t next = n_work;
       if (tid == 0) {

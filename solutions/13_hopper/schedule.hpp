@@ -13,8 +13,12 @@
 
 namespace lesson13 {
 
-constexpr int kRows = 128;  // query rows per work tile: 64 per consumer warpgroup
 constexpr int kKeys = 128;  // keys per K/V tile
+// Consumer warpgroups a block, 64 query rows each, so a work tile has rows_of(D) query rows: two
+// at head dim 128; three at 64, where a key tile's GEMMs take half as long and its softmax does
+// not, so that two warpgroups' softmax can run beside one's GEMMs (section 8).
+__host__ __device__ constexpr int consumers_of(int d) { return d == 64 ? 3 : 2; }
+__host__ __device__ constexpr int rows_of(int d) { return 64 * consumers_of(d); }
 
 // A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
 // fastest, so that the blocks running at one time share a few heads' K/V in L2, and causal, each
@@ -24,6 +28,7 @@ struct Tile {
   int n_tiles;  // key tiles visited
   int n_full;   // tiles before n_full need no mask: every key exists and (causal) every row sees it
 };
+template <int kRows>
 __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
   const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
   Tile tl;
@@ -53,7 +58,9 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
 }
 
 // Work tiles of a call.
-inline int64_t work_tiles(const fa::AttnParams& p) { return int64_t(fa::ceil_div(p.seqlen_q, kRows)) * p.heads_q * p.batch; }
+inline int64_t work_tiles(const fa::AttnParams& p) {
+  return int64_t(fa::ceil_div(p.seqlen_q, rows_of(p.head_dim))) * p.heads_q * p.batch;
+}
 
 // Which work tile a block takes first, and the next one after it: the persistent grid's blocks
 // (gridDim.x of them) start with tiles 0 .. gridDim.x - 1 and then take the counter's next value
