@@ -19,11 +19,11 @@ inline const fa::TodoList kConsumerTodosLeft = {
 };
 
 // Warpgroup wg (1 or 2) of the block. mark(phase, key) records the trace (trace.hpp).
-template <class T, int D, int kStep, class Mark>
+template <class T, int D, int kStep, int kConsumers, class Mark>
 __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
-  constexpr int kConsumers = consumers_of(D), kRows = rows_of(D);
-  using S = Smem<D, kStages>;
+  constexpr int kRows = rows_of(kConsumers);
+  using S = Smem<D, kStages, kRows>;
   namespace ph = phase;
   using fa::mbar_arrive;
   using fa::mbar_wait;
@@ -34,7 +34,9 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
   volatile int64_t* work_slot = x.work_slot;
   const int64_t n_work = x.n_work;
   const int offset = p.seqlen_k - p.seqlen_q;
-  // ---- Consumers: warpgroup 1 owns rows 0-63 of each work tile, warpgroup 2 rows 64-127.
+  // ---- Consumers: warpgroup wg owns rows 64 (wg - 1) .. 64 wg - 1 of each work tile. What the
+  // producer gives away (producer.cuh) they take: 40 x 128 + 232 x 256 registers with two consumer
+  // warpgroups, 32 x 128 + 160 x 384 with three, at most the SM's 64 K either way.
   fa::set_max_registers_inc<kConsumers == 3 ? 160 : 232>();
   const int row_base = 64 * (wg - 1);
   const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;

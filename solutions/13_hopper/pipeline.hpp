@@ -13,15 +13,15 @@
 namespace lesson13 {
 
 // The producer's warpgroup and the consumers' (schedule.hpp).
-__host__ __device__ constexpr int threads_of(int d) { return 128 * (1 + consumers_of(d)); }
+__host__ __device__ constexpr int threads_of(int consumers) { return 128 * (1 + consumers); }
 
 // K/V tiles in flight: step 1 double-buffers; steps 2-4 keep 3 at d = 128 (all that fits beside Q:
 // 32 KB + 3 x 64 KB) and 4 at d = 64, the fastest of 2-5 in the README's tile sweep (section 8).
 __host__ __device__ constexpr int stages_of(int step, int d) { return step == 1 ? 2 : d == 64 ? 4 : 3; }
 
-template <int D, int kStages>
+template <int D, int kStages, int kRows>
 struct Smem {
-  static constexpr int q_bytes = rows_of(D) * D * 2, kv_bytes = kKeys * D * 2;
+  static constexpr int q_bytes = kRows * D * 2, kv_bytes = kKeys * D * 2;
   static constexpr int q = 0, k = q_bytes, v = k + kStages * kv_bytes, bars = v + kStages * kv_bytes;
   static constexpr int slots = bars + 8 * (1 + 2 * kStages);  // after the barriers: the two work slots
   static constexpr int total = slots + 16 + 1024;              // and slack to align the base

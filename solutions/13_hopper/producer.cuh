@@ -17,12 +17,12 @@ inline const fa::TodoList kProducerTodosLeft = {
 
 // Warpgroup 0 of the block: warp 0 runs the loop; the other three only give their registers away.
 // mark(phase, key) records the trace (trace.hpp; nothing when it is off).
-template <class T, int D, int kStep, class Mark>
+template <class T, int D, int kStep, int kConsumers, class Mark>
 __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
   constexpr bool kPersistent = kStep >= 4;
-  constexpr int kRows = rows_of(D);
-  using S = Smem<D, kStages>;
+  constexpr int kRows = rows_of(kConsumers);
+  using S = Smem<D, kStages, kRows>;
   namespace ph = phase;
   using fa::mbar_expect_tx;
   using fa::mbar_wait;
@@ -36,7 +36,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   unsigned long long* counter = x.counter;
   // ---- Producer: warp 0 runs the loop, its lane 0 issues every copy; the other three warps
   // only give their registers away.
-  fa::set_max_registers_dec<consumers_of(D) == 3 ? 32 : 40>();
+  fa::set_max_registers_dec<kConsumers == 3 ? 32 : 40>();
   if (tid < 32) {
     int64_t w = Scheduler<kPersistent>::first();
     // The ring's next position, counted across work tiles modulo 2 kStages, as the consumers
@@ -81,7 +81,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
     }
     for (int iter = 0;; ++iter) {
       mark(ph::kRendezvous, 0);
-      for (int wg = 1; wg <= consumers_of(D); ++wg) named_sync(rendezvous(wg), kRendezvousThreads);  // all done with Q, know w
+      for (int wg = 1; wg <= kConsumers; ++wg) named_sync(rendezvous(wg), kRendezvousThreads);  // all are done with Q, know w
       if (w >= n_work) break;
       int64_t next = n_work;
       if (tid == 0) {
