@@ -373,12 +373,12 @@ TEST_CASE("harness: a traced build's records, refused before any launch, and the
   fa::LessonInfo lesson = fake_lesson();
   fa::AttnParams p = valid_params();
   CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 16, "--trace-events"), "lesson 99_fake: has no traced build", fa::InvalidArgument);
-  lesson.tracer = {&fake_trace, &fake_lanes, [](const fa::AttnParams&) { return 2; }, &fake_phase, 16, "step", nullptr, false};
+  lesson.tracer = {&fake_trace, &fake_lanes, 2, &fake_phase, 16, "step", nullptr, false};
   CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 0, "--trace-events"), doctest::Contains("a capacity >= 1"), fa::InvalidArgument);
   p.batch = 1 << 20;  // 2^21 lanes x 2^11 events: 2^32 records, more than 32-bit indices reach
   CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 1 << 11, "--trace-events"), doctest::Contains("over 2^31 records: trace a smaller problem or lower --trace-events"),
                        fa::InvalidArgument);
-  lesson.tracer.roles = [](const fa::AttnParams&) { return 3; };  // 2 lanes are not whole blocks of 3
+  lesson.tracer.roles = 3;  // 2 lanes are not whole blocks of 3
   p.batch = 1;
   CHECK_THROWS_WITH_AS(fa::run_traced(lesson, p, 16, "--trace-events"), doctest::Contains("whole blocks of 3"), fa::InvalidArgument);
   // The CSV: the lanes of SMs below max_sm, one row a record, the phase by name.

@@ -33,14 +33,13 @@ fa::LessonInfo traced_lesson() {
   return lesson;
 }
 
-// The key tiles work tile w (of `rows` query rows) visits, from the README's numbering (query tile
-// fastest; causal, each head's last query tile first; bottom-right aligned): the test's own
-// statement of it.
-int key_tiles_of(const fa::test::Case& c, int rows, int w) {
-  const int n_qtiles = (c.seqlen_q + rows - 1) / rows, rank = w % n_qtiles;
-  const int q0 = rows * (c.causal ? n_qtiles - 1 - rank : rank);
+// The key tiles work tile w visits, from the README's numbering (query tile fastest; causal, each
+// head's last query tile first; bottom-right aligned): the test's own statement of it.
+int key_tiles_of(const fa::test::Case& c, int w) {
+  const int n_qtiles = (c.seqlen_q + 127) / 128, rank = w % n_qtiles;
+  const int q0 = 128 * (c.causal ? n_qtiles - 1 - rank : rank);
   int k_end = c.seqlen_k;
-  if (c.causal) k_end = std::min(c.seqlen_k, std::min(q0 + rows, c.seqlen_q) + c.seqlen_k - c.seqlen_q);
+  if (c.causal) k_end = std::min(c.seqlen_k, std::min(q0 + 128, c.seqlen_q) + c.seqlen_k - c.seqlen_q);
   return k_end > 0 ? (k_end + 127) / 128 : 0;
 }
 
@@ -51,7 +50,7 @@ int key_tiles_of(const fa::test::Case& c, int rows, int w) {
 // first key tiles (copy_kv) before it: its copy_kv keys, in order, are each tile's 0 .. n - 1,
 // tile after tile in the order of its copy_q records. Returns the first violation, or "" and adds
 // the lane's work tiles to `seen`.
-std::string check_lane(const fa::test::Case& c, int rows, const lesson13::TraceLane& l, std::map<int, int>& seen) {
+std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, std::map<int, int>& seen) {
   namespace ph = lesson13::phase;
   const auto& ev = l.events;
   const std::string where = "block " + std::to_string(l.block) + ", warpgroup " + std::to_string(l.role) + ": ";
@@ -64,7 +63,7 @@ std::string check_lane(const fa::test::Case& c, int rows, const lesson13::TraceL
     std::vector<int> want, got;
     for (const lesson13::TraceEvent& e : ev)
       if (e.phase == ph::kCopyQ) {
-        for (int j = 0; j < key_tiles_of(c, rows, e.key); ++j) want.push_back(j);
+        for (int j = 0; j < key_tiles_of(c, e.key); ++j) want.push_back(j);
         ++seen[e.key];
       } else if (e.phase == ph::kCopyKV) {
         got.push_back(e.key);
@@ -77,9 +76,9 @@ std::string check_lane(const fa::test::Case& c, int rows, const lesson13::TraceL
   int work = -1, next_key = 0, epilogues = 0;
   auto close = [&]() -> std::string {
     if (work < 0) return "";
-    if (next_key != key_tiles_of(c, rows, work))
+    if (next_key != key_tiles_of(c, work))
       return where + "work tile " + std::to_string(work) + " visited " + std::to_string(next_key) + " key tiles, not " +
-             std::to_string(key_tiles_of(c, rows, work));
+             std::to_string(key_tiles_of(c, work));
     if (epilogues != 1) return where + "work tile " + std::to_string(work) + " had " + std::to_string(epilogues) + " epilogues";
     ++seen[work];
     return "";
@@ -117,6 +116,8 @@ TEST_CASE("lesson13: every step of the schedule matches the reference") {
 
 TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  // The step4-3wg variants: three consumer warpgroups at head dim 64 (192-row work tiles), which
+  // step 4 takes only from 2048 rows on, at these lengths too.
   for (const char* variant : {"step4-1-block", "step4-2-blocks", "step4-5-blocks", "step4-3wg-1-block", "step4-3wg-5-blocks"})
     for (int d : {64, 128})
       for (bool causal : {false, true})
@@ -144,30 +145,24 @@ TEST_CASE("lesson13: a batch above 65535 runs on the persistent grid and is reje
 TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accounts for every work tile and key tile once") {
   const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 1 << 12;
-  // three: three consumer warpgroups at head dim 64 (192-row work tiles); else, and at 128, two.
-  for (auto [variant, step, blocks, three] : {std::tuple{"step1", 1, 0, false}, std::tuple{"step2", 2, 0, false},
-                                              std::tuple{"step3", 3, 0, false}, std::tuple{"step4", 4, 0, false},
-                                              std::tuple{"step4-2-blocks", 4, 2, false}, std::tuple{"step4-3wg", 4, 0, true},
-                                              std::tuple{"step4-3wg-5-blocks", 4, 5, true}}) {
+  for (auto [variant, step, blocks] : {std::tuple{"step1", 1, 0}, std::tuple{"step2", 2, 0}, std::tuple{"step3", 3, 0},
+                                       std::tuple{"step4", 4, 0}, std::tuple{"step4-2-blocks", 4, 2}}) {
     for (int d : {64, 128})
       for (bool causal : {false, true}) {
-        // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles of 128 rows (2 of 192), 4 key tiles
-        // (causal: 2 to 4), 18 work tiles (12).
+        // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
         fa::test::Case c = fa::test::dense_case(300, 400, d, fa::DType::kF16, causal, 3, 1, 2);
         c.variant = variant;
         INFO("variant ", variant);
         g_lanes.clear();
         FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
-        const int consumers = three && d == 64 ? 3 : 2, rows = 64 * consumers, roles = 1 + consumers;
-        const int n_work = 2 * 3 * ((300 + rows - 1) / rows);
-        const size_t expect_lanes =
-            size_t(roles) * size_t(step < 4 ? n_work : blocks > 0 ? blocks : std::min(n_work, fa::current_device().sm_count));
+        const int n_work = 2 * 3 * 3;
+        const size_t expect_lanes = 3 * size_t(step < 4 ? n_work : blocks > 0 ? blocks : std::min(n_work, fa::current_device().sm_count));
         REQUIRE(g_lanes.size() == expect_lanes);
-        for (int role = 0; role < roles; ++role) {
+        for (int role = 0; role < 3; ++role) {
           std::map<int, int> seen;  // work tile -> how many lanes of this role took it
           for (const lesson13::TraceLane& l : g_lanes)
             if (l.role == role) {
-              const std::string bad = check_lane(c, rows, l, seen);
+              const std::string bad = check_lane(c, l, seen);
               CHECK_MESSAGE(bad.empty(), bad);
             }
           CHECK(seen.size() == size_t(n_work));
@@ -177,7 +172,7 @@ TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accoun
   }
 }
 
-TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
+TEST_CASE("lesson13: a trace that overflows its capacity, asks for bf16 or three consumer warpgroups, is an error, not a shorter trace") {
   const fa::LessonInfo lesson = traced_lesson();
   fa::test::Case c;
   c.seqlen_q = c.seqlen_k = 300;
@@ -189,4 +184,11 @@ TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is a
   g_capacity = 1 << 12;
   c.dtype = fa::DType::kBF16;
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "fp16 only"));
+  // Three consumer warpgroups have no traced build; at head dim 128 step4-3wg has two.
+  c.dtype = fa::DType::kF16;
+  c.variant = "step4-3wg";
+  c.head_dim = 64;
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "two consumer warpgroups only"));
+  c.head_dim = 128;
+  FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
 }

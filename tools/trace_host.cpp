@@ -13,9 +13,9 @@ std::vector<TraceLane> run_traced(const LessonInfo& lesson, const AttnParams& p,
                                   cudaStream_t stream) {
   const std::string who = std::string("lesson ") + lesson.id;
   const Tracer& t = lesson.tracer;
-  if (t.run == nullptr || t.lanes == nullptr || t.roles == nullptr) throw InvalidArgument(who + ": has no traced build");
+  if (t.run == nullptr || t.lanes == nullptr) throw InvalidArgument(who + ": has no traced build");
   const int64_t lanes = t.lanes(p);
-  const int roles = t.roles(p);
+  const int roles = t.roles;
   if (capacity < 1) throw InvalidArgument(who + ": the trace needs a capacity >= 1 event per lane");
   if (roles < 1 || lanes % roles != 0) throw InvalidArgument(who + ": trace lanes must be whole blocks of " + std::to_string(roles));
   if (lanes < 1 || capacity > INT_MAX / lanes)

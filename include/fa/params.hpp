@@ -123,7 +123,7 @@ struct Tracer {
   // InvalidArgument before any launch for a call the traced build does not take.
   void (*run)(const AttnParams&, const TraceSink& sink, cudaStream_t) = nullptr;
   int64_t (*lanes)(const AttnParams&) = nullptr;  // the call's recording threads, `roles` a block
-  int (*roles)(const AttnParams&) = nullptr;      // a block's recording threads (its roles) in this call
+  int roles = 0;
   const char* (*phase_name)(int) = nullptr;
   int events = 0;                                 // records a lane holds, by default
   const char* label_column = "";                  // the CSV's first column: "step", "head_dim"

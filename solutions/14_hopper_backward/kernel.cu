@@ -691,7 +691,7 @@ const fa::LessonInfo& fa_lesson_14() {
                   {"kv-in-smem", "S^T and dP^T read K and V from shared memory, as at head dim 128", fa::Variant::Pass::kBoth, 64},
                   {"dq-by-columns", "dQ split between the warpgroups by columns, as at head dim 128", fa::Variant::Pass::kBoth, 64}};
     l.max_batch_heads = INT32_MAX;  // TMA's coordinates are 32-bit
-    l.tracer = {&trace, &trace_lanes, [](const fa::AttnParams&) { return lesson14::kTraceRoles; }, lesson14::phase_name, 1 << 13, "head_dim", &trace_label, true};
+    l.tracer = {&trace, &trace_lanes, lesson14::kTraceRoles, lesson14::phase_name, 1 << 13, "head_dim", &trace_label, true};
     return l;
   }();
   return info;
