@@ -6,8 +6,8 @@
 //   wgmma     a warpgroup (4 warps) multiplies 64 rows at once: S = Q K^T from shared memory,
 //             O += P V with P straight from S's registers;
 //   roles     warpgroup 0 produces (producer.cuh: one thread issues every copy), warpgroups 1 and 2
-//             consume (consumer.cuh: 64 query rows each, 128 per work tile), with a ring of kStages
-//             K/V tiles between them (pipeline.hpp);
+//             consume (consumer.cuh: 64 query rows each, 128 per work tile; at head dim 64 from
+//             2,048 rows, three: 192), with a ring of kStages K/V tiles between them (pipeline.hpp);
 //   schedule  four steps (the variants, kVariants below), the last a persistent grid: one block per
 //             SM takes work tiles from a counter (schedule.hpp), and loads the next one's Q and K/V
 //             under this one's end.
@@ -91,7 +91,7 @@ int consumers_of(const fa::AttnParams& p, const StepVariant& v) {
 // Steps 1-3: a grid of (query tiles, heads, batch) blocks, one work tile each. Step 4: gridDim.x
 // blocks (one per SM); block i starts with tile i and then takes the next from `counter` (zero at
 // launch) until all n_work are taken (schedule.hpp). The block sets up its shared memory and
-// barriers, then its warpgroups take their roles: producer.cuh (warpgroup 0) and consumer.cuh (1, 2).
+// barriers, then its warpgroups take their roles: producer.cuh (warpgroup 0) and consumer.cuh (1 .. kConsumers).
 //
 // Between work tiles the producer and each consumer warpgroup meet at a rendezvous, a named
 // barrier of the warpgroup's 128 threads and the producer's warp (pipeline.hpp). A warpgroup

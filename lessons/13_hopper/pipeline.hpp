@@ -39,9 +39,8 @@ struct Ring {
 };
 
 // The named barriers (0 is __syncthreads): between work tiles, the rendezvous of the producer's
-// warp with consumer warpgroup wg (1 or 2); and the ping-pong turns of the consumers (steps 3-4),
-// warpgroup wg waiting on its own and passing the turn on the other's.
-// With three consumers the turn goes round: 1, 2, 3, 1, ...
+// warp with consumer warpgroup wg (1 .. 3); and the ping-pong turns of the consumers (steps 3-4),
+// warpgroup wg waiting on its own and passing the turn on the next one's (with three: 1, 2, 3, 1, ...).
 enum NamedBarrier : int { kRendezvous1 = 1, kTurn1 = 4 };  // ids 1-3 and 4-6
 constexpr int kRendezvousThreads = 128 + 32;  // a consumer warpgroup and the producer's warp
 constexpr int kTurnThreads = 256;             // a consumer warpgroup and the one before it

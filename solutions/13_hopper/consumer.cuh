@@ -18,7 +18,7 @@ inline const fa::TodoList kConsumerTodosLeft = {
     // @todos-left
 };
 
-// Warpgroup wg (1 or 2) of the block. mark(phase, key) records the trace (trace.hpp).
+// Consumer warpgroup wg (1 .. kConsumers) of the block. mark(phase, key) records the trace (trace.hpp).
 template <class T, int D, int kStep, int kConsumers, class Mark>
 __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
@@ -126,8 +126,9 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     // for (auto& a : pa) a[0] = a[1] = a[2] = a[3] = 0;
     // END SKELETON
   };
-  // Ping-pong (steps 3-4): warpgroup 1 waits on named barrier 3, warpgroup 2 on 4; each passes the
-  // turn to the other (arrive) once its GEMMs are issued. 256 = its own 128 threads + the other's 128.
+  // Ping-pong (steps 3-4): warpgroup wg waits on its named barrier turn(wg) and, once its GEMMs are
+  // issued, passes the turn on (arrive) to the next, the last to warpgroup 1: with two, each to the
+  // other. 256 = its own 128 threads + the passing warpgroup's 128.
   const int my_turn = turn(wg), their_turn = next_turn<kConsumers>(wg);
   auto take_turn = [&] {
     if constexpr (kStep >= 3) named_sync(my_turn, kTurnThreads);
@@ -135,9 +136,9 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
   auto pass_turn = [&] {
     if constexpr (kStep >= 3) named_arrive(their_turn, kTurnThreads);
   };
-  // Warpgroup 1 takes a tile's first turn. Warpgroup 2 hands it over either at the tile's start or,
-  // on the persistent grid, at the end of the tile before (handed): its last P V issued, warpgroup 1
-  // may start the next tile's Q K^T while warpgroup 2 waits for that P V and writes its O.
+  // Warpgroup 1 takes a tile's first turn. The last warpgroup hands it over either at the tile's
+  // start or, on the persistent grid, at the end of the tile before (handed): its last P V issued,
+  // warpgroup 1 may start the next tile's Q K^T while the last waits for that P V and writes its O.
   bool handed = false;
 
   mark(ph::kRendezvous, 0);
@@ -227,8 +228,8 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, n - 1);
         fa::wgmma_fence();
         issue_pv(kv + n - 1);
-        // Warpgroup 1 passes the turn to warpgroup 2's last P V; warpgroup 2 hands warpgroup 1 the
-        // next tile's first turn, if that tile has one (a turn passed must be taken: a named
+        // Each warpgroup but the last passes the turn on to the next one's last P V; the last hands
+        // warpgroup 1 the next tile's first turn, if that tile has one (a turn passed must be taken: a named
         // barrier counts arrivals, and a second pass would complete it alone).
         const bool hand = wg == kConsumers && next < n_work && tile_of<kRows>(p, next).n_tiles > 0;
         if (wg != kConsumers || hand) pass_turn();
