@@ -100,8 +100,9 @@ std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, st
 }  // namespace
 
 TEST_CASE("lesson13: every step of the schedule matches the reference") {
-  // Every variant: steps 1-4, and step 4 on 1, 2 and 5 blocks; plus 640 x 1000 at each head dim,
-  // dtype and mask: 5 query tiles of 8 key tiles (causal: 4 to 8).
+  // Every variant: steps 1-4, step 4 with two or three consumer warpgroups, and on 1, 2 and 5
+  // blocks; plus 640 x 1000 at each head dim, dtype and mask: 5 query tiles of 8 key tiles (causal:
+  // 4 to 8; with three consumers at head dim 64, 4 query tiles of 192 rows).
   const std::vector<fa::test::Case> small = fa::test::variant_cases({64, 128});
   std::vector<fa::test::Case> cases = small;
   for (const fa::test::Case& c : small)
@@ -121,8 +122,9 @@ TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
   for (const char* variant : {"step4-1-block", "step4-2-blocks", "step4-5-blocks", "step4-3wg-1-block", "step4-3wg-5-blocks"})
     for (int d : {64, 128})
       for (bool causal : {false, true})
-        // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal) and
-        // 500 x 300 (causal: the first two query tiles see no key).
+        // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal; 4 of
+        // 192 rows with three consumers) and 500 x 300 (causal: the first two query tiles see no
+        // key; of 192-row tiles, the first).
         for (auto [sq, sk] : {std::pair{700, 700}, std::pair{500, 300}}) {
           fa::test::Case c = fa::test::dense_case(sq, sk, d, d == 64 ? fa::DType::kBF16 : fa::DType::kF16, causal, 6, 2, 2);
           c.variant = variant;

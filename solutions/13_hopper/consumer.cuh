@@ -67,7 +67,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     fa::wgmma_commit();
   };
   auto wait_full = [&](int r) { mbar_wait(full + 8 * Ring<kStages>::stage(r), Ring<kStages>::parity(r)); };
-  // This warp is done with ring position r (its wgmmas on it have completed): one of the 8 arrivals.
+  // This warp is done with ring position r (its wgmmas on it have completed): one of the 4 kConsumers arrivals.
   auto release = [&](int r) {
     if (lane == 0) mbar_arrive(empty + 8 * Ring<kStages>::stage(r));
   };

@@ -1,6 +1,6 @@
 // Lesson 13's pipeline: where a block keeps its tiles, the ring of K/V stages between the producer
-// and the consumers with its mbarriers, the named barriers, and what the three warpgroups of a
-// block share (Block).
+// and the consumers with its mbarriers, the named barriers, and what the warpgroups of a block
+// share (Block).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -29,7 +29,7 @@ struct Smem {
 
 // The ring: K/V tiles are counted across work tiles, position r in stage r % kStages, the
 // stage's round parity (r / kStages) & 1 telling its phases apart. Each stage has a full barrier
-// (the producer's copies landed) and an empty one (the consumers' 8 warps are done with it); Q has
+// (the producer's copies landed) and an empty one (the consumers' 4 kConsumers warps are done with it); Q has
 // its own full barrier.
 template <int kStages>
 struct Ring {

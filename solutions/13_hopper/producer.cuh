@@ -41,7 +41,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
     int64_t w = Scheduler<kPersistent>::first();
     // The ring's next position, counted across work tiles modulo 2 kStages, as the consumers
     // count it: its stage is kv % kStages and its round's parity kv / kStages. (A running 64-bit
-    // count would cost the producer, with its 40 registers, one more.)
+    // count would cost the producer, with its 40 registers (32 with three consumers), one more.)
     int kv = 0;
     bool reused = false;  // past the first kStages copies: the next stage held a tile before
     // What the producer keeps of a work tile: its Q rows, its (batch, head) for Q and for K/V, and
