@@ -117,9 +117,10 @@ TEST_CASE("lesson13: every step of the schedule matches the reference") {
 
 TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  // The step4-3wg variants: three consumer warpgroups at head dim 64 (192-row work tiles), which
-  // step 4 takes only from 2048 rows on, at these lengths too.
-  for (const char* variant : {"step4-1-block", "step4-2-blocks", "step4-5-blocks", "step4-3wg-1-block", "step4-3wg-5-blocks"})
+  // Step 4 as the call chooses (at head dim 64: three consumer warpgroups non-causal, two causal at
+  // these lengths), and with the consumers fixed: two (step4-2wg) and three (step4-3wg, 192-row
+  // work tiles at head dim 64).
+  for (const char* variant : {"step4-1-block", "step4-5-blocks", "step4-2wg-2-blocks", "step4-3wg-1-block", "step4-3wg-5-blocks"})
     for (int d : {64, 128})
       for (bool causal : {false, true})
         // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal; 4 of
@@ -148,7 +149,7 @@ TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accoun
   const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 1 << 12;
   for (auto [variant, step, blocks] : {std::tuple{"step1", 1, 0}, std::tuple{"step2", 2, 0}, std::tuple{"step3", 3, 0},
-                                       std::tuple{"step4", 4, 0}, std::tuple{"step4-2-blocks", 4, 2}}) {
+                                       std::tuple{"step4-2wg", 4, 0}, std::tuple{"step4-2wg-2-blocks", 4, 2}}) {
     for (int d : {64, 128})
       for (bool causal : {false, true}) {
         // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
@@ -190,6 +191,8 @@ TEST_CASE("lesson13: a trace that overflows its capacity, asks for bf16 or three
   c.dtype = fa::DType::kF16;
   c.variant = "step4-3wg";
   c.head_dim = 64;
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "two consumer warpgroups only"));
+  c.variant = "step4";  // step 4 itself takes three at head dim 64 non-causal
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "two consumer warpgroups only"));
   c.head_dim = 128;
   FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));

@@ -16,8 +16,8 @@ namespace lesson13 {
 constexpr int kKeys = 128;  // keys per K/V tile
 
 // A block has kConsumers consumer warpgroups of 64 query rows each, so a work tile has
-// 64 kConsumers rows: two, or three (head dim 64, step 4, from kThreeFrom query rows; kernel.cu and
-// section 8 of the README).
+// 64 kConsumers rows: two, or three (head dim 64, step 4; causal, from kThreeCausalFrom query rows;
+// kernel.cu and section 8 of the README).
 __host__ __device__ constexpr int rows_of(int consumers) { return 64 * consumers; }
 
 // A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
