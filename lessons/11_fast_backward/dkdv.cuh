@@ -23,7 +23,7 @@ inline const fa::TodoList kDkdvTodosLeft = {
     "TODO(6) in dkdv.cuh: for each k16 step kc over the rows, P^T's and dS^T's A fragments from s and dp",
     "TODO(7) in dkdv.cuh: wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the",
     "TODO(9) in dkdv.cuh: for each k16 step kc over the keys, dS's A fragment packed from dp (fa::pack2<T>)",
-    "TODO(3) in dkdv.cuh: D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from",
+    "TODO(3) in dkdv.cuh: D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each",
     "TODO(8) in dkdv.cuh: dS = P (dP - D) in dp for the warp's rows (row = 16 warp + g + 8 (e / 2) from q0,",
 };
 
@@ -272,11 +272,11 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::A
   if (qt.tile < 0) return;
   const int c = threadIdx.x % kLanes, i = qt.tile * kRows + threadIdx.x / kLanes;
   float sum = 0.f;
-  // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
-  //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
-  //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
-  //   statistics index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e)
-  //   (+inf past len_q), less Rows::row_term with Rows::kGate.
+  // TODO(3): D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each
+  //   (columns 8 c .., from the tile's offsets qt.o and qt.dout, row i through the row strides);
+  //   then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at statistics
+  //   index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e) (+inf past
+  //   len_q), less Rows::row_term with Rows::kGate.
 }
 
 // The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming

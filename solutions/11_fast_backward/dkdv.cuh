@@ -361,22 +361,16 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::A
   if (qt.tile < 0) return;
   const int c = threadIdx.x % kLanes, i = qt.tile * kRows + threadIdx.x / kLanes;
   float sum = 0.f;
-  // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
-  //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
-  //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
-  //   statistics index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e)
-  //   (+inf past len_q), less Rows::row_term with Rows::kGate.
+  // TODO(3): D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each
+  //   (columns 8 c .., from the tile's offsets qt.o and qt.dout, row i through the row strides);
+  //   then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at statistics
+  //   index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e) (+inf past
+  //   len_q), less Rows::row_term with Rows::kGate.
   // BEGIN SOLUTION
   if (i < qt.len_q) {
     const T* o = static_cast<const T*>(p.o) + qt.o + i * p.o_stride.row + 8 * c;
     const T* d = static_cast<const T*>(p.dout) + qt.dout + i * p.do_stride.row + 8 * c;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 x = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
-      sum = fmaf(x.x, e.x, fmaf(x.y, e.y, sum));
-    }
+    sum = fa::dot8<T>(o, d);
   }
   sum = fa::group_sum<kLanes>(sum);
   if (c == 0) {
