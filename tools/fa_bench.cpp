@@ -10,7 +10,7 @@
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
 // reference (the course tolerance, through the suites' own comparison: tests/sampled.cpp), then times it with CUDA events: warm-up, the L2 flushed
 // before every repetition, the median reported (--pause-ms N: the GPU idle N ms before each case's
-// timed runs, so that no case starts hot from the one before). TFLOP/s counts 4 * head_dim FLOPs per visible
+// timed runs, so that a case does not start right on the heels of a long one). TFLOP/s counts 4 * head_dim FLOPs per visible
 // (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
 // of its instructions, measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
 // mma.sync peak for the tensor-core lessons (07-12), a cuBLAS fp16 GEMM (wgmma) for lesson 13. --tour runs every lesson at one shape. --once runs each case once,
