@@ -6,8 +6,9 @@
 //   wgmma     a warpgroup (4 warps) multiplies 64 rows at once: S = Q K^T from shared memory,
 //             O += P V with P straight from S's registers;
 //   roles     warpgroup 0 produces (producer.cuh: one thread issues every copy), warpgroups 1 and 2
-//             consume (consumer.cuh: 64 query rows each, 128 per work tile; at head dim 64 from
-//             2,048 rows, three: 192), with a ring of kStages K/V tiles between them (pipeline.hpp);
+//             consume (consumer.cuh: 64 query rows each, 128 per work tile; at head dim 64 on step
+//             4, three: 192, causal from kThreeCausalFrom rows), with a ring of kStages K/V tiles
+//             between them (pipeline.hpp);
 //   schedule  four steps (the variants, kVariants below), the last a persistent grid: one block per
 //             SM takes work tiles from a counter (schedule.hpp), and loads the next one's Q and K/V
 //             under this one's end.
@@ -214,8 +215,8 @@ void run_step(const fa::AttnParams& p, const StepVariant& v, cudaStream_t stream
   if (trace && p.dtype != fa::DType::kF16) throw fa::InvalidArgument("lesson 13_hopper: the trace runs fp16 only");
   if (trace && consumers == 3)
     throw fa::InvalidArgument(
-        "lesson 13_hopper: the traced build has two consumer warpgroups only; this call takes three (head dim 64 on step 4: non-causal, or causal from 1536 rows): "
-        "trace --variant step4-2wg");
+        "lesson 13_hopper: the traced build has two consumer warpgroups only; this call takes three (head dim 64 on step 4: non-causal, or causal from " +
+        std::to_string(kThreeCausalFrom) + " rows): trace --variant step4-2wg");
   auto go = [&](auto step_tag) {
     constexpr int kStep = decltype(step_tag)::value;
     if (trace) {
