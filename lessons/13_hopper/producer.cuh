@@ -26,7 +26,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   using S = Smem<D, kStages, kRows>;
   namespace ph = phase;
   using fa::mbar_expect_tx;
-  using fa::mbar_wait;
+  using fa::mbar_wait_long;
   using fa::named_sync;
   using fa::tma_load;
   const fa::AttnParams& p = x.p;
@@ -60,7 +60,8 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
       fa::tile_count_visit(p, work);
       const int s = Ring<kStages>::stage(kv);
       // TODO(5): before reusing stage s (reused), wait for the consumers' release of the tile it
-      //   held, one round ago: the phase of empty[s] whose parity is the previous round's.
+      //   held, one round ago: the phase of empty[s] whose parity is the previous round's
+      //   (mbar_wait_long, fa/hopper.cuh: this thread waits while the consumers compute).
       mark(ph::kWaitEmpty, j);
       mark(ph::kCopyKV, j);
       mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
