@@ -57,6 +57,8 @@ def parse():
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions per case (default 20)")
     ap.add_argument("--max-seconds", type=float, default=20, help="per case: stop timing after this long, "
                     "with at least 3 timed runs (default 20)")
+    ap.add_argument("--pause-ms", type=int, default=0, help="per case: the GPU idle this long before its timed "
+                    "runs, as fa-bench's --pause-ms (default 0)")
     ap.add_argument("--rope", choices=["eager", "compiled"], help="rotate Q and K with RoPE before attention")
     ap.add_argument("--bwd", action="store_true", help="time the backward (2.5x the forward's FLOPs)")
     ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (fa-bench's --gqa; default 1): "
@@ -197,6 +199,9 @@ def check_gradients(grads, q, k, v, dout, causal, scale, dtype):
 
 def time_ms(fn, flush):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if args.pause_ms > 0:
+        torch.cuda.synchronize()
+        time.sleep(args.pause_ms / 1000)
     ms, wall0 = [], time.monotonic()
     for rep in range(args.reps + 2):
         flush.zero_()  # a cold L2 for every run, as fa-bench

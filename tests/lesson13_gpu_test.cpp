@@ -100,8 +100,9 @@ std::string check_lane(const fa::test::Case& c, const lesson13::TraceLane& l, st
 }  // namespace
 
 TEST_CASE("lesson13: every step of the schedule matches the reference") {
-  // Every variant: steps 1-4, and step 4 on 1, 2 and 5 blocks; plus 640 x 1000 at each head dim,
-  // dtype and mask: 5 query tiles of 8 key tiles (causal: 4 to 8).
+  // Every variant: steps 1-4, step 4 with two or three consumer warpgroups, and on 1, 2 and 5
+  // blocks; plus 640 x 1000 at each head dim, dtype and mask: 5 query tiles of 8 key tiles (causal:
+  // 4 to 8; with three consumers at head dim 64, 4 query tiles of 192 rows).
   const std::vector<fa::test::Case> small = fa::test::variant_cases({64, 128});
   std::vector<fa::test::Case> cases = small;
   for (const fa::test::Case& c : small)
@@ -116,11 +117,15 @@ TEST_CASE("lesson13: every step of the schedule matches the reference") {
 
 TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
-  for (const char* variant : {"step4-1-block", "step4-2-blocks", "step4-5-blocks"})
+  // Step 4 as the call chooses (at head dim 64: three consumer warpgroups non-causal, two causal at
+  // these lengths), and with the consumers fixed: two (step4-2wg) and three (step4-3wg, 192-row
+  // work tiles at head dim 64).
+  for (const char* variant : {"step4-1-block", "step4-5-blocks", "step4-2wg-2-blocks", "step4-3wg-1-block", "step4-3wg-5-blocks"})
     for (int d : {64, 128})
       for (bool causal : {false, true})
-        // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal) and
-        // 500 x 300 (causal: the first two query tiles see no key).
+        // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal; 4 of
+        // 192 rows with three consumers) and 500 x 300 (causal: the first two query tiles see no
+        // key; of 192-row tiles, the first).
         for (auto [sq, sk] : {std::pair{700, 700}, std::pair{500, 300}}) {
           fa::test::Case c = fa::test::dense_case(sq, sk, d, d == 64 ? fa::DType::kBF16 : fa::DType::kF16, causal, 6, 2, 2);
           c.variant = variant;
@@ -144,7 +149,7 @@ TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accoun
   const fa::LessonInfo lesson = traced_lesson();
   g_capacity = 1 << 12;
   for (auto [variant, step, blocks] : {std::tuple{"step1", 1, 0}, std::tuple{"step2", 2, 0}, std::tuple{"step3", 3, 0},
-                                       std::tuple{"step4", 4, 0}, std::tuple{"step4-2-blocks", 4, 2}}) {
+                                       std::tuple{"step4-2wg", 4, 0}, std::tuple{"step4-2wg-2-blocks", 4, 2}}) {
     for (int d : {64, 128})
       for (bool causal : {false, true}) {
         // 2 x 3 heads of 1 K/V head, 300 x 400: 3 query tiles, 4 key tiles (causal: 2 to 4), 18 work tiles.
@@ -170,7 +175,7 @@ TEST_CASE("lesson13: the traced kernel computes the same O, and its trace accoun
   }
 }
 
-TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is an error, not a shorter trace") {
+TEST_CASE("lesson13: a trace that overflows its capacity, asks for bf16 or three consumer warpgroups, is an error, not a shorter trace") {
   const fa::LessonInfo lesson = traced_lesson();
   fa::test::Case c;
   c.seqlen_q = c.seqlen_k = 300;
@@ -182,4 +187,13 @@ TEST_CASE("lesson13: a trace that overflows its capacity, or asks for bf16, is a
   g_capacity = 1 << 12;
   c.dtype = fa::DType::kBF16;
   FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "fp16 only"));
+  // Three consumer warpgroups have no traced build; at head dim 128 step4-3wg has two.
+  c.dtype = fa::DType::kF16;
+  c.variant = "step4-3wg";
+  c.head_dim = 64;
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "two consumer warpgroups only"));
+  c.variant = "step4";  // step 4 itself takes three at head dim 64 non-causal
+  FA_CHECK_OUTCOME(fa::test::check_rejected(lesson, c, [](fa::AttnParams&) {}, "two consumer warpgroups only"));
+  c.head_dim = 128;
+  FA_CHECK_OUTCOME(fa::test::check_forward(lesson, c));
 }

@@ -1,7 +1,7 @@
 // fa-bench: times the course's lessons over a grid of shapes, after checking each one.
 //
 //   fa-bench [--lessons 01,04|all] [--seqlens 512,1024,...] [--head-dims 64,128] [--causal 0,1]
-//            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20]
+//            [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--pause-ms 0]
 //            [--csv FILE] [--tour] [--once] [--rope] [--label NAME] [--bwd] [--deterministic]
 //            [--gqa G] [--varlen L1,L2,... [--padded]] [--gate] [--variant NAME,...] [--list-variants]
 //            [--trace FILE [--trace-events N] [--trace-sms N]]
@@ -9,7 +9,8 @@
 // The default grid is FlashAttention's: batch * seqlen = 16k tokens, heads * head_dim = 2048,
 // seqlen 512 .. 16k. For each case it first validates sampled rows of two heads against the fp64
 // reference (the course tolerance, through the suites' own comparison: tests/sampled.cpp), then times it with CUDA events: warm-up, the L2 flushed
-// before every repetition, the median reported. TFLOP/s counts 4 * head_dim FLOPs per visible
+// before every repetition, the median reported (--pause-ms N: the GPU idle N ms before each case's
+// timed runs, so that a case does not start right on the heels of a long one). TFLOP/s counts 4 * head_dim FLOPs per visible
 // (query, key) pair (4BHN^2D, about half when causal). Each lesson is read against the ceiling
 // of its instructions, measured here: the FP32 FMA peak for the CUDA-core lessons (01-06, 10), the
 // mma.sync peak for the tensor-core lessons (07-12), a cuBLAS fp16 GEMM (wgmma) for lesson 13. --tour runs every lesson at one shape. --once runs each case once,
@@ -52,6 +53,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_device.hpp"
@@ -129,6 +131,7 @@ struct Options {
   std::vector<fa::DType> dtypes{fa::DType::kF16};
   int tokens = 16384, width = 2048, reps = 20;
   double max_seconds = 20;  // per case: stop timing after this long (at least 3 timed runs)
+  int pause_ms = 0;         // per case: the GPU idle this long before its timed runs
   std::string csv;
   bool tour = false;
   bool once = false;
@@ -173,6 +176,10 @@ Options parse(int argc, char** argv) {
       o.max_seconds = parse_all(x, [](const std::string& t, size_t* used) { return std::stod(t, used); },
                                 "--max-seconds takes a number of seconds, got '" + x + "'");
     }
+    else if (a == "--pause-ms") {
+      o.pause_ms = to_int(a, value());
+      if (o.pause_ms < 0) throw std::invalid_argument("--pause-ms takes milliseconds >= 0");
+    }
     else if (a == "--csv") o.csv = value();
     else if (a == "--tour") o.tour = true;
     else if (a == "--once") o.once = true;
@@ -193,7 +200,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--trace-sms") o.trace_sms = to_int(a, value());
     else if (a == "--help" || a == "-h") {
       std::printf("usage: fa-bench [--lessons 01,04|all] [--seqlens ...] [--head-dims 64,128] [--causal 0,1]\n"
-                  "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--csv FILE] [--tour] [--once]\n"
+                  "                [--dtypes fp16,bf16] [--tokens 16384] [--width 2048] [--reps 20] [--max-seconds 20] [--pause-ms 0] [--csv FILE] [--tour] [--once]\n"
                   "                [--rope] [--label NAME] [--bwd] [--deterministic] [--gqa G] [--varlen L1,L2,... [--padded]] [--gate]\n"
                   "                [--variant NAME,...] [--list-variants] [--trace FILE [--trace-events N] [--trace-sms N]]\n");
       std::exit(0);
@@ -643,6 +650,9 @@ Row run_case(const fa::LessonInfo& lesson, const std::string& variant, fa::DType
     FA_CUDA_CHECK(cudaEventCreate(&start));
     FA_CUDA_CHECK(cudaEventCreate(&stop));
     std::vector<double> ms;
+    // --pause-ms: a short case timed right after the grid's longest one ran slower than alone
+    // (lesson 13's README, "The short lengths alone"); the GPU idles first, the same for every case.
+    if (o.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
     const auto wall0 = std::chrono::steady_clock::now();
     for (int rep = 0; rep < o.reps + 2; ++rep) {
       flusher.flush(nullptr);

@@ -36,6 +36,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       "r"(parity)
       : "memory");
 }
+// The same, for a thread that expects to wait long (a producer for a free stage, while the
+// consumers compute). A try_wait suspends the thread until the phase completes or a time limit
+// passes; without a hint that limit is short, and each retry takes an issue slot from the warps
+// that share the scheduler (the consumers' warps). The hint raises the limit to kSuspendNs; the
+// thread still resumes as soon as the phase completes.
+__device__ __forceinline__ void mbar_wait_long(uint32_t bar, int parity) {
+  constexpr uint32_t kSuspendNs = 1000000;
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity), "r"(kSuspendNs)
+      : "memory");
+}
 
 // ---- TMA -----------------------------------------------------------------------------------------
 // One box of a 3-D tensor map (fa/tensor_map.hpp) into shared memory, completing on `bar`.

@@ -24,9 +24,9 @@ inline const fa::TodoList kDkdvTodosLeft = {
     "TODO(6) in dkdv.cuh: for each k16 step kc over the rows, P^T's and dS^T's A fragments from s and dp",
     "TODO(7) in dkdv.cuh: wait until every warp's dS^T is in sdS (__syncthreads), then acc = dS K over the",
     "TODO(4) in dkdv.cuh: the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the",
-    "TODO(5) in dkdv.cuh: P^T and dS^T in place, in three passes over the registers: s[kt][nt][e] (m16 tile",
+    "TODO(5) in dkdv.cuh: P^T and dS^T in place: s[kt][nt][e] (m16 tile kt of the warp's keys; the key and",
     "TODO(9) in dkdv.cuh: for each k16 step kc over the keys, dS's A fragment packed from dp (fa::pack2<T>)",
-    "TODO(3) in dkdv.cuh: D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from",
+    "TODO(3) in dkdv.cuh: D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each",
     "TODO(8) in dkdv.cuh: dS = P (dP - D) in dp for the warp's rows (row = 16 warp + g + 8 (e / 2) from q0,",
 };
 
@@ -311,12 +311,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     const int4 tile = Cols::tile(p, blk, it, buf);
     const bool masked = tile.z;
     const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
-    // TODO(5): P^T and dS^T in place, in three passes over the registers: s[kt][nt][e] (m16 tile
-    //   kt of the warp's keys; the key and row within their tiles from st_element) becomes P =
-    //   exp2(s scale log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 +
-    //   kg[kt][e / 2]); then, if the tile is masked, P = 0 where the key is (the tests above, key =
-    //   16 kt + the element's key: one loop for each mode, so no element chooses its test); then
-    //   dp[kt][nt][e] becomes dS = P (dP - D[row]) (D from delta_s).
+    // TODO(5): P^T and dS^T in place: s[kt][nt][e] (m16 tile kt of the warp's keys; the key and
+    //   row within their tiles from st_element) becomes P = exp2(s scale log2(e) - LSE2[row])
+    //   (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 + kg[kt][e / 2]), 0 where `masks` says
+    //   the key is masked (key = 16 kt + the element's key), and dp[kt][nt][e] becomes dS = P (dP -
+    //   D[row]) (D from delta_s). `step` is called with the test of the tile's mode (below), so no
+    //   element chooses its test.
+    auto step = [&](auto masks) {
+    };
+    if (!masked) step([](int, int) { return false; });
+    else if (p.causal) step([&](int key, int row) { return key > row + lim; });
+    else step([&](int key, int) { return key >= lim; });
     if constexpr (Cols::kGate) Cols::template add_sums<kAtomicDq>(sums, dp, r0, buf, warp, lane);
 
     // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS.
@@ -442,11 +447,11 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::A
   if (qt.tile < 0) return;
   const int c = threadIdx.x % kLanes, i = qt.tile * kRows + threadIdx.x / kLanes;
   float sum = 0.f;
-  // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
-  //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
-  //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
-  //   statistics index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e)
-  //   (+inf past len_q), less Rows::row_term with Rows::kGate.
+  // TODO(3): D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each
+  //   (columns 8 c .., from the tile's offsets qt.o and qt.dout, row i through the row strides);
+  //   then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at statistics
+  //   index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e) (+inf past
+  //   len_q), less Rows::row_term with Rows::kGate.
 }
 
 // The deterministic dQ pass: one block per query tile (kWarps x 16 rows), the key tiles streaming

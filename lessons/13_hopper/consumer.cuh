@@ -20,11 +20,12 @@ inline const fa::TodoList kConsumerTodosLeft = {
     "TODO(7) in consumer.cuh: pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).",
 };
 
-// Warpgroup wg (1 or 2) of the block. mark(phase, key) records the trace (trace.hpp).
-template <class T, int D, int kStep, class Mark>
+// Consumer warpgroup wg (1 .. kConsumers) of the block. mark(phase, key) records the trace (trace.hpp).
+template <class T, int D, int kStep, int kConsumers, class Mark>
 __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
-  using S = Smem<D, kStages>;
+  constexpr int kRows = rows_of(kConsumers);
+  using S = Smem<D, kStages, kRows>;
   namespace ph = phase;
   using fa::mbar_arrive;
   using fa::mbar_wait;
@@ -35,8 +36,10 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
   volatile int64_t* work_slot = x.work_slot;
   const int64_t n_work = x.n_work;
   const int offset = p.seqlen_k - p.seqlen_q;
-  // ---- Consumers: warpgroup 1 owns rows 0-63 of each work tile, warpgroup 2 rows 64-127.
-  fa::set_max_registers_inc<232>();
+  // ---- Consumers: warpgroup wg owns rows 64 (wg - 1) .. 64 wg - 1 of each work tile. What the
+  // producer gives away (producer.cuh) they take: 40 x 128 + 232 x 256 registers with two consumer
+  // warpgroups, 32 x 128 + 160 x 384 with three, at most the SM's 64 K either way.
+  fa::set_max_registers_inc<kConsumers == 3 ? 160 : 232>();
   const int row_base = 64 * (wg - 1);
   const int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const float sl2 = p.scale * fa::kLog2e;
@@ -66,7 +69,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     fa::wgmma_commit();
   };
   auto wait_full = [&](int r) { mbar_wait(full + 8 * Ring<kStages>::stage(r), Ring<kStages>::parity(r)); };
-  // This warp is done with ring position r (its wgmmas on it have completed): one of the 8 arrivals.
+  // This warp is done with ring position r (its wgmmas on it have completed): one of the 4 kConsumers arrivals.
   auto release = [&](int r) {
     if (lane == 0) mbar_arrive(empty + 8 * Ring<kStages>::stage(r));
   };
@@ -109,25 +112,26 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     // TODO(7): pa[kk][r] = P's floats 8 kk + 2 r and 8 kk + 2 r + 1, packed (fa::pack2<T>).
     for (auto& a : pa) a[0] = a[1] = a[2] = a[3] = 0;
   };
-  // Ping-pong (steps 3-4): warpgroup 1 waits on named barrier 3, warpgroup 2 on 4; each passes the
-  // turn to the other (arrive) once its GEMMs are issued. 256 = its own 128 threads + the other's 128.
-  const int my_turn = turn(wg), their_turn = other_turn(wg);
+  // Ping-pong (steps 3-4): warpgroup wg waits on its named barrier turn(wg) and, once its GEMMs are
+  // issued, passes the turn on (arrive) to the next, the last to warpgroup 1: with two, each to the
+  // other. 256 = its own 128 threads + the passing warpgroup's 128.
+  const int my_turn = turn(wg), their_turn = next_turn<kConsumers>(wg);
   auto take_turn = [&] {
     if constexpr (kStep >= 3) named_sync(my_turn, kTurnThreads);
   };
   auto pass_turn = [&] {
     if constexpr (kStep >= 3) named_arrive(their_turn, kTurnThreads);
   };
-  // Warpgroup 1 takes a tile's first turn. Warpgroup 2 hands it over either at the tile's start or,
-  // on the persistent grid, at the end of the tile before (handed): its last P V issued, warpgroup 1
-  // may start the next tile's Q K^T while warpgroup 2 waits for that P V and writes its O.
+  // Warpgroup 1 takes a tile's first turn. The last warpgroup hands it over either at the tile's
+  // start or, on the persistent grid, at the end of the tile before (handed): its last P V issued,
+  // warpgroup 1 may start the next tile's Q K^T while the last waits for that P V and writes its O.
   bool handed = false;
 
   mark(ph::kRendezvous, 0);
   named_sync(rendezvous(wg), kRendezvousThreads);
   int64_t work = work_slot[0];
   for (int iter = 0; work < n_work; ++iter) {
-    tl = tile_of(p, work);
+    tl = tile_of<kRows>(p, work);
     mark(ph::kWaitQ, work);
     mbar_wait(q_full, iter & 1);  // Q is in
 #pragma unroll
@@ -137,7 +141,7 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
     const int n = tl.n_tiles;
     if (n > 0) {
       if constexpr (kStep >= 3)
-        if (wg == 2 && !handed) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
+        if (wg == kConsumers && !handed) named_arrive(their_turn, kTurnThreads);  // warpgroup 1 goes first
       float alpha[2];
       if constexpr (kStep == 1) {
         for (int j = 0; j < n; ++j) {
@@ -210,11 +214,11 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
         mark(ph::kIssue, n - 1);
         fa::wgmma_fence();
         issue_pv(kv + n - 1);
-        // Warpgroup 1 passes the turn to warpgroup 2's last P V; warpgroup 2 hands warpgroup 1 the
-        // next tile's first turn, if that tile has one (a turn passed must be taken: a named
+        // Each warpgroup but the last passes the turn on to the next one's last P V; the last hands
+        // warpgroup 1 the next tile's first turn, if that tile has one (a turn passed must be taken: a named
         // barrier counts arrivals, and a second pass would complete it alone).
-        const bool hand = wg == 2 && next < n_work && tile_of(p, next).n_tiles > 0;
-        if (wg == 1 || hand) pass_turn();
+        const bool hand = wg == kConsumers && next < n_work && tile_of<kRows>(p, next).n_tiles > 0;
+        if (wg != kConsumers || hand) pass_turn();
         handed = hand;
         mark(ph::kWaitPV, n - 1);
         fa::wgmma_wait<0>();

@@ -18,14 +18,15 @@ inline const fa::TodoList kProducerTodosLeft = {
 
 // Warpgroup 0 of the block: warp 0 runs the loop; the other three only give their registers away.
 // mark(phase, key) records the trace (trace.hpp; nothing when it is off).
-template <class T, int D, int kStep, class Mark>
+template <class T, int D, int kStep, int kConsumers, class Mark>
 __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   constexpr int kStages = stages_of(kStep, D);
   constexpr bool kPersistent = kStep >= 4;
-  using S = Smem<D, kStages>;
+  constexpr int kRows = rows_of(kConsumers);
+  using S = Smem<D, kStages, kRows>;
   namespace ph = phase;
   using fa::mbar_expect_tx;
-  using fa::mbar_wait;
+  using fa::mbar_wait_long;
   using fa::named_sync;
   using fa::tma_load;
   const fa::AttnParams& p = x.p;
@@ -36,12 +37,12 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
   unsigned long long* counter = x.counter;
   // ---- Producer: warp 0 runs the loop, its lane 0 issues every copy; the other three warps
   // only give their registers away.
-  fa::set_max_registers_dec<40>();
+  fa::set_max_registers_dec<kConsumers == 3 ? 32 : 40>();
   if (tid < 32) {
     int64_t w = Scheduler<kPersistent>::first();
     // The ring's next position, counted across work tiles modulo 2 kStages, as the consumers
     // count it: its stage is kv % kStages and its round's parity kv / kStages. (A running 64-bit
-    // count would cost the producer, with its 40 registers, one more.)
+    // count would cost the producer, with its 40 registers (32 with three consumers), one more.)
     int kv = 0;
     bool reused = false;  // past the first kStages copies: the next stage held a tile before
     // What the producer keeps of a work tile: its Q rows, its (batch, head) for Q and for K/V, and
@@ -50,7 +51,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
       int q0, qz, kz, n_tiles;
     };
     auto copies_of = [&](int64_t work) {
-      const Tile t = tile_of(p, work);
+      const Tile t = tile_of<kRows>(p, work);
       fa::tile_count_begin(p, work, t.q0, kRows, kKeys);
       return Copies{t.q0, t.b * p.heads_q + t.h, t.b * p.heads_kv + t.hk, t.n_tiles};
     };
@@ -59,7 +60,8 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
       fa::tile_count_visit(p, work);
       const int s = Ring<kStages>::stage(kv);
       // TODO(5): before reusing stage s (reused), wait for the consumers' release of the tile it
-      //   held, one round ago: the phase of empty[s] whose parity is the previous round's.
+      //   held, one round ago: the phase of empty[s] whose parity is the previous round's
+      //   (mbar_wait_long, fa/hopper.cuh: this thread waits while the consumers compute).
       mark(ph::kWaitEmpty, j);
       mark(ph::kCopyKV, j);
       mbar_expect_tx(full + 8 * s, 2 * S::kv_bytes);
@@ -78,8 +80,7 @@ __device__ __forceinline__ void produce(const Block& x, int tid, Mark& mark) {
     }
     for (int iter = 0;; ++iter) {
       mark(ph::kRendezvous, 0);
-      named_sync(kRendezvous1, kRendezvousThreads);  // both warpgroups are done with Q and know tile w
-      named_sync(kRendezvous2, kRendezvousThreads);
+      for (int wg = 1; wg <= kConsumers; ++wg) named_sync(rendezvous(wg), kRendezvousThreads);  // all are done with Q, know w
       if (w >= n_work) break;
       int64_t next = n_work;
       if (tid == 0) {

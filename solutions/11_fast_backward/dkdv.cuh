@@ -392,49 +392,36 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     const int4 tile = Cols::tile(p, blk, it, buf);
     const bool masked = tile.z;
     const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
-    // TODO(5): P^T and dS^T in place, in three passes over the registers: s[kt][nt][e] (m16 tile
-    //   kt of the warp's keys; the key and row within their tiles from st_element) becomes P =
-    //   exp2(s scale log2(e) - LSE2[row]) (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 +
-    //   kg[kt][e / 2]); then, if the tile is masked, P = 0 where the key is (the tests above, key =
-    //   16 kt + the element's key: one loop for each mode, so no element chooses its test); then
-    //   dp[kt][nt][e] becomes dS = P (dP - D[row]) (D from delta_s).
+    // TODO(5): P^T and dS^T in place: s[kt][nt][e] (m16 tile kt of the warp's keys; the key and
+    //   row within their tiles from st_element) becomes P = exp2(s scale log2(e) - LSE2[row])
+    //   (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 + kg[kt][e / 2]), 0 where `masks` says
+    //   the key is masked (key = 16 kt + the element's key), and dp[kt][nt][e] becomes dS = P (dP -
+    //   D[row]) (D from delta_s). `step` is called with the test of the tile's mode (below), so no
+    //   element chooses its test.
+    auto step = [&](auto masks) {
     // BEGIN SOLUTION
 #pragma unroll
-    for (int kt = 0; kt < kKT; ++kt)
+      for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float lg = e % 2 ? l2.y : l2.x;
-        if constexpr (Cols::kGate) lg += kg[kt][e / 2];
-        s[kt][nt][e] = fa::ex2(fmaf(s[kt][nt][e], sl2, -lg));
-      }
-    }
-    if (masked) {
-      auto mask = [&](auto masks) {
-#pragma unroll
-        for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+      for (int nt = 0; nt < kNT; ++nt) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse_s + r0 + nt * 8 + 2 * t);
+        const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+          float lg = e % 2 ? l2.y : l2.x;
+          if constexpr (Cols::kGate) lg += kg[kt][e / 2];
+          float pv = fa::ex2(fmaf(s[kt][nt][e], sl2, -lg));
           const KeyRow at = st_element(lane, nt, e);
-          if (masks(16 * kt + at.key, at.row)) s[kt][nt][e] = 0.f;
+          if (masks(16 * kt + at.key, at.row)) pv = 0.f;
+          s[kt][nt][e] = pv;
+          dp[kt][nt][e] = pv * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
         }
-      };
-      if (p.causal) mask([&](int key, int row) { return key > row + lim; });
-      else mask([&](int key, int) { return key >= lim; });
-    }
-#pragma unroll
-    for (int kt = 0; kt < kKT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const float2 dd = *reinterpret_cast<const float2*>(delta_s + r0 + nt * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[kt][nt][e] = s[kt][nt][e] * (dp[kt][nt][e] - (e % 2 ? dd.y : dd.x));
-    }
+      }
     // END SOLUTION
+    };
+    if (!masked) step([](int, int) { return false; });
+    else if (p.causal) step([&](int key, int row) { return key > row + lim; });
+    else step([&](int key, int) { return key >= lim; });
     if constexpr (Cols::kGate) Cols::template add_sums<kAtomicDq>(sums, dp, r0, buf, warp, lane);
 
     // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS.
@@ -575,22 +562,16 @@ __global__ void preprocess_kernel(const fa::AttnParams p, const typename Rows::A
   if (qt.tile < 0) return;
   const int c = threadIdx.x % kLanes, i = qt.tile * kRows + threadIdx.x / kLanes;
   float sum = 0.f;
-  // TODO(3): D_i: if i < len_q, load this thread's 8 values of dO_i and O_i (one uint4 each, from
-  //   the tile's offsets qt.dout and qt.o, row i through the row strides) and sum their products
-  //   in fp32; then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at
-  //   statistics index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e)
-  //   (+inf past len_q), less Rows::row_term with Rows::kGate.
+  // TODO(3): D_i: if i < len_q, this thread's part of O_i . dO_i: fa::dot8 of its 8 values of each
+  //   (columns 8 c .., from the tile's offsets qt.o and qt.dout, row i through the row strides);
+  //   then add the row's lanes (fa::group_sum<kLanes>) and let lane c == 0 write, at statistics
+  //   index qt.stats + i, a.delta (0 past len_q) and a.lse2 = lse[qt.lse + i] log2(e) (+inf past
+  //   len_q), less Rows::row_term with Rows::kGate.
   // BEGIN SOLUTION
   if (i < qt.len_q) {
     const T* o = static_cast<const T*>(p.o) + qt.o + i * p.o_stride.row + 8 * c;
     const T* d = static_cast<const T*>(p.dout) + qt.dout + i * p.do_stride.row + 8 * c;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 x = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
-      sum = fmaf(x.x, e.x, fmaf(x.y, e.y, sum));
-    }
+    sum = fa::dot8<T>(o, d);
   }
   sum = fa::group_sum<kLanes>(sum);
   if (c == 0) {

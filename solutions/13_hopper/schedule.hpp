@@ -13,8 +13,12 @@
 
 namespace lesson13 {
 
-constexpr int kRows = 128;  // query rows per work tile: 64 per consumer warpgroup
 constexpr int kKeys = 128;  // keys per K/V tile
+
+// A block has kConsumers consumer warpgroups of 64 query rows each, so a work tile has
+// 64 kConsumers rows: two, or three (head dim 64, step 4; causal, from kThreeCausalFrom query rows;
+// kernel.cu and section 8 of the README).
+__host__ __device__ constexpr int rows_of(int consumers) { return 64 * consumers; }
 
 // A work tile is kRows query rows of one (batch, head). They are numbered with the query tile
 // fastest, so that the blocks running at one time share a few heads' K/V in L2, and causal, each
@@ -24,6 +28,7 @@ struct Tile {
   int n_tiles;  // key tiles visited
   int n_full;   // tiles before n_full need no mask: every key exists and (causal) every row sees it
 };
+template <int kRows>
 __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
   const int n_qtiles = fa::ceil_div(p.seqlen_q, kRows);
   Tile tl;
@@ -53,7 +58,7 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
 }
 
 // Work tiles of a call.
-inline int64_t work_tiles(const fa::AttnParams& p) { return int64_t(fa::ceil_div(p.seqlen_q, kRows)) * p.heads_q * p.batch; }
+inline int64_t work_tiles(const fa::AttnParams& p, int rows) { return int64_t(fa::ceil_div(p.seqlen_q, rows)) * p.heads_q * p.batch; }
 
 // Which work tile a block takes first, and the next one after it: the persistent grid's blocks
 // (gridDim.x of them) start with tiles 0 .. gridDim.x - 1 and then take the counter's next value
@@ -71,8 +76,8 @@ struct Scheduler {
 
 // Blocks a launch of this step and shape takes (steps 1-3: one per work tile; 4: one per SM, at
 // most max_blocks when that is > 0).
-inline int64_t blocks_of(const fa::AttnParams& p, int step, int max_blocks, int sm_count) {
-  const int64_t n_work = work_tiles(p);
+inline int64_t blocks_of(const fa::AttnParams& p, int rows, int step, int max_blocks, int sm_count) {
+  const int64_t n_work = work_tiles(p, rows);
   return step < 4 ? n_work : std::min<int64_t>(n_work, max_blocks > 0 ? max_blocks : sm_count);
 }
 

@@ -83,13 +83,7 @@ __global__ void preprocess_kernel(const fa::AttnParams p, float* lse2, float* de
   if (i < p.seqlen_q) {
     const T* o = static_cast<const T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head + i * p.o_stride.row + 8 * c;
     const T* d = static_cast<const T*>(p.dout) + b * p.do_stride.batch + h * p.do_stride.head + i * p.do_stride.row + 8 * c;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o), dv = *reinterpret_cast<const uint4*>(d);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float2 a = fa::unpack2<T>(ow[w]), e = fa::unpack2<T>(dw[w]);
-      sum = fmaf(a.x, e.x, fmaf(a.y, e.y, sum));
-    }
+    sum = fa::dot8<T>(o, d);  // lesson 11's preprocess, the same dot product
   }
   sum = fa::group_sum<kLanes>(sum);
   if (c == 0) {
