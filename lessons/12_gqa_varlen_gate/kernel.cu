@@ -120,9 +120,11 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
-  auto kernel = forward_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kGate>;
+  using Tiles = PackedTiles<kGate>;
+  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks,
+                                           lesson08::PlainLoads, Tiles>;
   fa::allow_smem(kernel, smem);
-  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, map.order, map.count, G, heaviest_first);
+  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, typename Tiles::Args{map.order, map.count, G, heaviest_first});
   FA_CHECK_LAUNCH();
 }
 
