@@ -1,7 +1,7 @@
 // Lesson 08's attention kernel: the ring of K/V tiles (copied by load_tile.cuh's load_tile), the
 // compute loop on swizzled tiles and the epilogue. In a header, beside kernel.cu's launch, so that
-// lesson 09 runs this kernel (with its own copies of Q and K, through the Loads parameter) instead
-// of a copy of it.
+// lessons 09 and 12 run this kernel instead of a copy of it: lesson 09 with its own copies of Q
+// and K (the Loads parameter), lesson 12 over its packed sequences (the Tiles parameter).
 #pragma once
 
 #include <cstdint>
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
   constexpr int kNT = kSub / 8;        // n8 tiles of S per m16 tile
   constexpr int kDT = D / 8;           // n8 tiles of O per m16 tile
-  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: lesson 12 keeps more beside it
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: lesson 12's Tiles keep static shared memory too
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = sQ + kRows * D;
   T* sV = sK + kStages * kKeys * D;

@@ -1,8 +1,9 @@
-// Lesson 12's forward kernel: lesson 08's, over the tile map, with GQA, packed sequences and the
-// gate. Part of kernel.cu, which alone includes it.
+// Lesson 12's forward: lesson 08's kernel (pipelined_kernel) over this lesson's query tiles, the
+// tile map's entries, with GQA, packed sequences and the gate (PackedTiles). Part of kernel.cu,
+// which alone includes it.
 #pragma once
 
-#include "../08_pipelining/attention.cuh"  // lesson 08's steps of one key sub-tile
+#include "../08_pipelining/attention.cuh"  // lesson 08's kernel and its DenseTiles
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
@@ -17,13 +18,13 @@ const fa::TodoList kForwardTodosLeft = {
 };
 
 // ---- Forward -----------------------------------------------------------------------------------
-// Lesson 08's kernel (pipelined_kernel), one block per (map entry, query head), over these tiles:
-// a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with kGate the gate's
-// anchored differences added to the logits (which then live in base-2 units: the softmax runs
-// with scale 1). The block's sequence and loop bounds live in shared memory, read where they are
-// used (fresh): this kernel is at the 255-register limit, and lesson 08's bounds came from the
-// kernel's parameters, which cost no register. Kept in registers through the loop, these would
-// push the accumulators out to local memory (ptxas reports the spills).
+// The query tiles of lesson 08's kernel (its DenseTiles says what a Tiles is), one block per (map
+// entry, query head): a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with
+// kGate the gate's anchored differences added to the logits (which then live in base-2 units: the
+// softmax runs with scale 1). The block's sequence and loop bounds live in shared memory, read
+// where they are used (fresh): the kernel is at the 255-register limit, and lesson 08's bounds
+// come from the kernel's parameters, which cost no register. Kept in registers through the loop,
+// these would push the accumulators out to local memory (ptxas reports the spills).
 template <bool kGate>
 struct PackedTiles {
   struct Args {
@@ -54,7 +55,9 @@ struct PackedTiles {
     __device__ int q0() const { return fresh(blk().tile) * kRows; }
     __device__ int len_q(const fa::AttnParams&) const { return blk().s.len_q; }
     __device__ int len_k(const fa::AttnParams&) const { return fresh(blk().s.len_k); }
-    __device__ int n_tiles() const { return fresh(bounds()).x; }  // a 16-byte read: ptxas allocates better
+    // The whole int4 in one 16-byte read: with a 4-byte read of n_tiles alone, ptxas spills at
+    // head dim 128.
+    __device__ int n_tiles() const { return fresh(bounds()).x; }
     __device__ int n_full() const { return fresh(blk().n_full); }
     __device__ const T* q(const fa::AttnParams& p) const { return static_cast<const T*>(p.q) + q_offset(p.q_stride, blk().s, h); }
     struct KV { const T *k, *v; };

@@ -12,7 +12,8 @@
 //   dg      dG_t = -(column sum of dS over the query rows that see key t) (the row sums of dS are
 //           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
 // The files: sequences.cuh (the sequences, the tile map's plan kernel, the gate's scan, a block's
-// work; TODOs 11-14), forward.cuh (TODOs 15-16), backward.cuh (TODOs 17-21), plan.hpp (the plan's index
+// work; TODOs 11-14), forward.cuh (the query tiles lesson 08's kernel runs over; TODOs 15-16),
+// backward.cuh (TODOs 17-21), plan.hpp (the plan's index
 // math, host and device; TODOs 1-3), model.cpp (the CPU model; TODOs 4-10), and this file: the
 // scratch, the launches and the entry points.
 // Build, test, profile:
