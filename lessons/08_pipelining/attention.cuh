@@ -16,7 +16,7 @@
 namespace lesson08 {
 
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 08 not implemented yet: <it>" (and lesson 09's, which runs this kernel, too).
+// with "lesson 08 not implemented yet: <it>" (and lessons 09 and 12's, which run this kernel, too).
 // Delete an entry when you have written its code.
 inline const fa::TodoList kAttentionTodosLeft = {
     "TODO(3) in attention.cuh: the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles",
@@ -43,8 +43,8 @@ struct PlainLoads {
   __device__ __forceinline__ static void key_tile_landed(const fa::AttnParams&, T*, int) {}
 };
 
-// ---- The steps of one key sub-tile and the epilogue, for a warp of kMT m16 tiles of rows (lesson
-// 12's kernel runs them too). A thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
+// ---- The steps of one key sub-tile and the epilogue, for a warp of kMT m16 tiles of rows. A
+// thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
 // columns 2 t and 2 t + 1 (t = lane % 4): lesson 07's accumulator layout.
 
 // S = Q K^T for the warp's kMT x (kSub / 8) accumulator tiles (lesson 07, with swizzled addresses:
@@ -174,8 +174,9 @@ __device__ __forceinline__ void store_o(const float (&o)[kMT][kDT][4], const flo
 //   mask<kWarpRows>(p, s, col0, warp, lane)   a key tile from n_full on: S = -inf where the
 //                  key is masked (col0: the thread's first key of the step);
 //   scale(p)       what turns S into base-2 units in the softmax;
-//   logits<kMT, kWarpRows>(p, warp, lane)   what is added to S after each product
-//                  (add(s, col0)): nothing here, lesson 12's gate.
+//   logits<kMT, kWarpRows>(p, warp, lane)   what is done to S after each product (add(s, col0)):
+//                  nothing here; lesson 12's gate scales S into base 2 and adds its terms (its
+//                  scale() is then 1).
 struct DenseTiles {
   struct Args {};
   struct NoTerms {
@@ -271,7 +272,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   };
 
   // TODO(3): the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles
-  //   0 .. kStages - 2 into ring slots 0 .. kStages - 2 (copy_kv), one commit per tile (commit even
+  //   0 .. kStages - 2 that exist (below tl.n_tiles()) into ring slots 0 .. kStages - 2 (copy_kv),
+  //   one commit per tile (commit even
   //   when the tile does not exist, so that "wait until kStages - 2 groups are pending" always
   //   means "tile j is in").
   Loads::template prologue_started<kThreads, kRows, kStages, D>(p, sQ, tl.q0());
@@ -282,7 +284,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
   for (int mt = 0; mt < kMT; ++mt)
     for (int hh = 0; hh < 2; ++hh) m[mt][hh] = fa::kNegInf, l[mt][hh] = 0.f;
   const float sl2 = tl.scale(p);
-  const int g = lane / 4, t = lane % 4;  // the accumulator's row and column pair (lesson 07)
+  const int t = lane % 4;  // the accumulator's column pair (lesson 07)
   const auto terms = tl.template logits<kMT, kWarpRows>(p, warp, lane);  // nothing here; lesson 12's gate
   // ldmatrix addresses, in bytes: lane l's row of the first step, then for step k along the
   // columns and i m16 tiles down, tile_offset(r + 16 i, c + 16 k) = tile_offset(r, c) ^ 16 k + 16 i D
@@ -297,7 +299,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
     // TODO(4): the ring: wait for tile j here, the barrier and tile j + kStages - 1's copy below.
     //   Here: at most kStages - 2 groups pending. Below the given line: __syncthreads (tile j
     //   visible to every warp, and every warp done with tile j - 1), then copy_kv of tile
-    //   j + kStages - 1 into slot (j + kStages - 1) % kStages (the slot of tile j - 1), and commit.
+    //   j + kStages - 1 (if below tl.n_tiles()) into slot (j + kStages - 1) % kStages (the slot of
+    //   tile j - 1), and commit.
     Loads::template key_tile_landed<kThreads, kKeys, D>(p, sK + (j % kStages) * kKeys * D, j);  // the given line
 
     // The tile is computed kSub keys at a time: a whole softmax step each (S of 64 keys for two

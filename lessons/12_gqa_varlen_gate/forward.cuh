@@ -15,7 +15,7 @@ namespace {
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first one
 // with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
 const fa::TodoList kForwardTodosLeft = {
-    "TODO(15) in forward.cuh: the anchor (G at lesson12::gate_anchor) and qg = gate_diff at each of this",
+    "TODO(15) in forward.cuh: x.anchor = G at lesson12::gate_anchor, and x.qg = gate_diff at each of this",
     "TODO(16) in forward.cuh: the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,",
 };
 
@@ -24,9 +24,10 @@ const fa::TodoList kForwardTodosLeft = {
 // entry, query head): a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with
 // kGate the gate's anchored differences added to the logits (which then live in base-2 units: the
 // softmax runs with scale 1). The block's sequence and loop bounds live in shared memory, read
-// where they are used (fresh): the kernel is at the 255-register limit, and lesson 08's bounds
-// come from the kernel's parameters, which cost no register. Kept in registers through the loop,
-// these would push the accumulators out to local memory (ptxas reports the spills).
+// where they are used (fresh): the kernel is at the 255-register limit, and lesson 08's few dense
+// bounds are a handful of registers (or the parameters', which cost none), while a sequence's
+// bounds, offsets and map entry kept in registers through the loop would push the accumulators
+// out to local memory (ptxas reports the spills).
 template <bool kGate>
 struct PackedTiles {
   struct Args {
@@ -69,11 +70,11 @@ struct PackedTiles {
     }
     __device__ T* o(const fa::AttnParams& p) const { return static_cast<T*>(p.o) + fresh(starts()[2]); }
     __device__ float* lse(const fa::AttnParams& p) const { return p.lse + fresh(starts()[3]); }
-    // One read for the whole tile: causal, q0 + offset (key col is masked past row + offset);
-    // otherwise len_k. A single register: the int4 whole does not fit beside 128 keys of S.
-    // Causal: key col is masked past row + offset, which is below len_k for every row of the
-    // sequence (rows past len_q are zeros, never stored), so the tail needs no test of its own
-    // (and the one test fewer keeps this kernel within its registers).
+    // One read of the bound a call (a sub-tile): causal, lim = q0 + offset, and key col is masked
+    // past row + offset (rows r from the tile's first: col > lim + r); otherwise lim = len_k. A
+    // single register: the int4 whole does not fit beside 128 keys of S. Causal, row + offset is
+    // below len_k for every row of the sequence (rows past len_q are zeros, never stored), so the
+    // tail needs no test of its own (and the one test fewer keeps the kernel within its registers).
     template <int kWarpRows, int kMT, int kNT>
     __device__ void mask(const fa::AttnParams& p, float (&sacc)[kMT][kNT][4], int col0, int warp, int lane) const {
       const int lim = p.causal ? fresh(bounds().w) : fresh(bounds().z);
@@ -100,14 +101,15 @@ struct PackedTiles {
         const int offset = fresh(blk().offset), g = lane / 4;
         Terms<kMT> x{nullptr, 0.0, {}, p.scale * fa::kLog2e};
         x.gh = G + gate_index(p, s, h);
-        // TODO(15): the anchor (G at lesson12::gate_anchor) and qg = gate_diff at each of this
+        // TODO(15): x.anchor = G at lesson12::gate_anchor, and x.qg = gate_diff at each of this
         //   thread's rows' key position row + offset (0 for rows past len_q or before position 0).
         return x;
       }
     }
   };
   // The gate's terms of a thread's rows: G of the (sequence, head), the tile's anchor, and the
-  // anchored differences of its rows' key positions, qg; add() subtracts the keys' (kg).
+  // anchored differences of its rows' key positions, qg. add() turns S into base-2 logits with the
+  // gate: S scale log2(e) + qg - kg, kg the keys' differences.
   template <int kMT>
   struct Terms {
     const double* gh;
@@ -117,7 +119,8 @@ struct PackedTiles {
     template <int kNT>
     __device__ void add(float (&sacc)[kMT][kNT][4], int col0) const {
       // TODO(16): the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,
-      //   kg = gate_diff at the column (0 past len_k, where the mask removes it anyway).
+      //   kg = gate_diff at the column (0 at and past len_k = fresh(blk().s.len_k), where the mask
+      //   removes it anyway, and where G has no entry of this sequence).
     }
   };
   template <class T, int kRows, int kKeys>
