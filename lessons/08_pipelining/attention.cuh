@@ -1,8 +1,8 @@
 // Your copy of this lesson, generated from solutions/08_pipelining/attention.cuh by fa-skeleton.
 // Lesson 08's attention kernel: the ring of K/V tiles (copied by load_tile.cuh's load_tile), the
 // compute loop on swizzled tiles and the epilogue. In a header, beside kernel.cu's launch, so that
-// lesson 09 runs this kernel (with its own copies of Q and K, through the Loads parameter) instead
-// of a copy of it.
+// lessons 09 and 12 run this kernel instead of a copy of it: lesson 09 with its own copies of Q
+// and K (the Loads parameter), lesson 12 over its packed sequences (the Tiles parameter).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 namespace lesson08 {
 
 // Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 08 not implemented yet: <it>" (and lesson 09's, which runs this kernel, too).
+// with "lesson 08 not implemented yet: <it>" (and lessons 09 and 12's, which run this kernel, too).
 // Delete an entry when you have written its code.
 inline const fa::TodoList kAttentionTodosLeft = {
     "TODO(3) in attention.cuh: the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles",
@@ -43,8 +43,8 @@ struct PlainLoads {
   __device__ __forceinline__ static void key_tile_landed(const fa::AttnParams&, T*, int) {}
 };
 
-// ---- The steps of one key sub-tile and the epilogue, for a warp of kMT m16 tiles of rows (lesson
-// 12's kernel runs them too). A thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
+// ---- The steps of one key sub-tile and the epilogue, for a warp of kMT m16 tiles of rows. A
+// thread holds, per m16 tile, two rows (g = lane / 4 and g + 8) and, per n8 tile, the
 // columns 2 t and 2 t + 1 (t = lane % 4): lesson 07's accumulator layout.
 
 // S = Q K^T for the warp's kMT x (kSub / 8) accumulator tiles (lesson 07, with swizzled addresses:
@@ -158,61 +158,134 @@ __device__ __forceinline__ void store_o(const float (&o)[kMT][kDT][4], const flo
     }
 }
 
+// Where a block's query tile is and what it sees: here, dense batches. Block (x, y) takes query
+// tile x of (batch, head) y, causal the heaviest (last) first, with lesson 06's bounds of its key
+// loop, all in registers, from the block index and the parameters. Lesson 12 runs this kernel
+// over packed sequences with its own Tiles (its forward.cuh: kept in shared memory and read where
+// used, and with the gate's terms added to the logits). What the kernel asks of a Tiles:
+//   Args           the kernel's second parameter (nothing here);
+//   begin<T, kRows, kKeys>(p, a, smem)   the block's Tile (every thread calls it);
+// and of the Tile:
+//   valid()        false: the block has no tile (it exits);
+//   q0(), len_q(p), len_k(p)   its first row, and its sequence's lengths;
+//   n_tiles(), n_full()   lesson 06's bounds: key tiles 0 .. n_tiles - 1 to visit, the first
+//                  n_full without a mask;
+//   q(p), kv(p), o(p), lse(p)   its head's row 0 in Q, in K and V, in O and in the LSE;
+//   mask<kWarpRows>(p, s, col0, warp, lane)   a key tile from n_full on: S = -inf where the
+//                  key is masked (col0: the thread's first key of the step);
+//   scale(p)       what turns S into base-2 units in the softmax;
+//   logits<kMT, kWarpRows>(p, warp, lane)   what is done to S after each product (add(s, col0)):
+//                  nothing here; lesson 12's gate scales S into base 2 and adds its terms (its
+//                  scale() is then 1).
+struct DenseTiles {
+  struct Args {};
+  struct NoTerms {
+    template <class S>
+    __device__ void add(S&, int) const {}
+  };
+  template <class T>
+  struct Tile {
+    int b, h, q0_, offset;
+    const T *qbase, *kbase, *vbase;
+    int n_full_, n_tiles_;
+    __device__ bool valid() const { return true; }
+    __device__ int q0() const { return q0_; }
+    __device__ int len_q(const fa::AttnParams& p) const { return p.seqlen_q; }
+    __device__ int len_k(const fa::AttnParams& p) const { return p.seqlen_k; }
+    __device__ int n_tiles() const { return n_tiles_; }
+    __device__ int n_full() const { return n_full_; }
+    __device__ const T* q(const fa::AttnParams&) const { return qbase; }
+    struct KV { const T *k, *v; };
+    __device__ KV kv(const fa::AttnParams&) const { return {kbase, vbase}; }
+    __device__ T* o(const fa::AttnParams& p) const { return static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head; }
+    __device__ float* lse(const fa::AttnParams& p) const { return p.lse + static_cast<int64_t>(blockIdx.y) * p.seqlen_q; }
+    // -inf where the key is past the end, or (causal) past row + offset; the thread's keys are
+    // col0 + 8 nt + e % 2.
+    template <int kWarpRows, int kMT, int kNT>
+    __device__ void mask(const fa::AttnParams& p, float (&s)[kMT][kNT][4], int col0, int warp, int lane) const {
+      const int g = lane / 4;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = q0_ + warp * kWarpRows + mt * 16 + g + 8 * (e / 2);
+            const int col = col0 + nt * 8 + e % 2;
+            if (col >= p.seqlen_k || (p.causal && col > row + offset)) s[mt][nt][e] = fa::kNegInf;
+          }
+    }
+    __device__ float scale(const fa::AttnParams& p) const { return p.scale * fa::kLog2e; }
+    template <int kMT, int kWarpRows>
+    __device__ NoTerms logits(const fa::AttnParams&, int, int) const { return {}; }
+  };
+  template <class T, int kRows, int kKeys>
+  __device__ static Tile<T> begin(const fa::AttnParams& p, const Args&, const void*) {
+    const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
+    const int hk = h / (p.heads_q / p.heads_kv);
+    const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
+    const int q0 = tile * kRows;
+    const int offset = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + offset
+    const T* qbase = static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head;
+    const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
+    const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
+    // Lesson 06's loop bounds, in tiles of kKeys: n_tiles to visit, the first n_full without a mask.
+    int k_end = p.seqlen_k;
+    int n_full = p.seqlen_k / kKeys;
+    if (p.causal) {
+      k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
+      n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
+    }
+    const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
+    return {b, h, q0, offset, qbase, kbase, vbase, n_full, n_tiles};
+  }
+};
+
 // The kernel of one configuration. Warp w owns query rows w * kWarpRows .. + kWarpRows - 1 of the
 // block, as kMT m16 tiles; each thread holds, per m16 tile, two rows (lane / 4 and lane / 4 + 8).
-template <class T, int D, int kRows, int kKeys, int kSub, int kWarps, int kStages, int kBlocksPerSM, class Loads = PlainLoads>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(const fa::AttnParams p) {
+template <class T, int D, int kRows, int kKeys, int kSub, int kWarps, int kStages, int kBlocksPerSM,
+          class Loads = PlainLoads, class Tiles = DenseTiles>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
+    pipelined_kernel(const fa::AttnParams p, const typename Tiles::Args a) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kWarpRows = kRows / kWarps;
   constexpr int kMT = kWarpRows / 16;  // m16 tiles per warp
   constexpr int kNT = kSub / 8;        // n8 tiles of S per m16 tile
   constexpr int kDT = D / 8;           // n8 tiles of O per m16 tile
-  extern __shared__ uint4 smem[];      // uint4: 16-byte aligned
+  extern __shared__ __align__(128) uint4 smem[];  // 128-byte aligned: lesson 12's Tiles keep static shared memory too
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = sQ + kRows * D;
   T* sV = sK + kStages * kKeys * D;
 
+  const auto tl = Tiles::template begin<T, kRows, kKeys>(p, a, smem);
+  if (!tl.valid()) return;  // a spare block (lesson 12)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
-  const int hk = h / (p.heads_q / p.heads_kv);
-  const int tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // heaviest tiles first
-  const int q0 = tile * kRows;
-  const int offset = p.seqlen_k - p.seqlen_q;  // query i sees keys j <= i + offset
-  const T* qbase = static_cast<const T*>(p.q) + b * p.q_stride.batch + h * p.q_stride.head;
-  const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride.batch + hk * p.k_stride.head;
-  const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride.batch + hk * p.v_stride.head;
-
-  // Lesson 06's loop bounds, in tiles of kKeys: n_tiles to visit, the first n_full without a mask.
-  int k_end = p.seqlen_k;
-  int n_full = p.seqlen_k / kKeys;
-  if (p.causal) {
-    k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
-    n_full = max(0, min(n_full, (q0 + offset + 1) / kKeys));
-  }
-  const int n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
-  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), q0, kRows, kKeys);
+  if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), tl.q0(), kRows, kKeys);
 
   // The copies: the Q tile, and key tile `tile` of K and V into ring slot `slot` (Q and K through
   // Loads, V with load_tile).
-  auto copy_q = [&] { Loads::template copy<kThreads, kRows, D>(sQ, qbase, p.q_stride.row, q0, p.seqlen_q); };
+  auto copy_q = [&] { Loads::template copy<kThreads, kRows, D>(sQ, tl.q(p), p.q_stride.row, tl.q0(), tl.len_q(p)); };
   auto copy_kv = [&](int tile, int slot) {
-    Loads::template copy<kThreads, kKeys, D>(sK + slot * kKeys * D, kbase, p.k_stride.row, tile * kKeys, p.seqlen_k);
-    load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, vbase, p.v_stride.row, tile * kKeys, p.seqlen_k);
+    const auto kv = tl.kv(p);
+    Loads::template copy<kThreads, kKeys, D>(sK + slot * kKeys * D, kv.k, p.k_stride.row, tile * kKeys, tl.len_k(p));
+    load_tile<kThreads, kKeys, D>(sV + slot * kKeys * D, kv.v, p.v_stride.row, tile * kKeys, tl.len_k(p));
   };
 
   // TODO(3): the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles
-  //   0 .. kStages - 2 into ring slots 0 .. kStages - 2 (copy_kv), one commit per tile (commit even
+  //   0 .. kStages - 2 that exist (below tl.n_tiles()) into ring slots 0 .. kStages - 2 (copy_kv),
+  //   one commit per tile (commit even
   //   when the tile does not exist, so that "wait until kStages - 2 groups are pending" always
   //   means "tile j is in").
-  Loads::template prologue_started<kThreads, kRows, kStages, D>(p, sQ, q0);
+  Loads::template prologue_started<kThreads, kRows, kStages, D>(p, sQ, tl.q0());
 
   float o[kMT][kDT][4] = {};
   float m[kMT][2], l[kMT][2];  // running max (raw score units) and this thread's part of the sum
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
     for (int hh = 0; hh < 2; ++hh) m[mt][hh] = fa::kNegInf, l[mt][hh] = 0.f;
-  const float sl2 = p.scale * fa::kLog2e;
-  const int g = lane / 4, t = lane % 4;  // the accumulator's row and column pair (lesson 07)
+  const float sl2 = tl.scale(p);
+  const int t = lane % 4;  // the accumulator's column pair (lesson 07)
+  const auto terms = tl.template logits<kMT, kWarpRows>(p, warp, lane);  // nothing here; lesson 12's gate
   // ldmatrix addresses, in bytes: lane l's row of the first step, then for step k along the
   // columns and i m16 tiles down, tile_offset(r + 16 i, c + 16 k) = tile_offset(r, c) ^ 16 k + 16 i D
   // (tiles.hpp): one XOR and one add per ldmatrix, no per-step address registers.
@@ -221,12 +294,13 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
   const uint32_t k_off = 2 * tile_offset(lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2), D);  // B: K
   const uint32_t v_off = 2 * tile_offset(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16), D);  // B: V, .trans
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = 0; j < tl.n_tiles(); ++j) {
     if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
     // TODO(4): the ring: wait for tile j here, the barrier and tile j + kStages - 1's copy below.
     //   Here: at most kStages - 2 groups pending. Below the given line: __syncthreads (tile j
     //   visible to every warp, and every warp done with tile j - 1), then copy_kv of tile
-    //   j + kStages - 1 into slot (j + kStages - 1) % kStages (the slot of tile j - 1), and commit.
+    //   j + kStages - 1 (if below tl.n_tiles()) into slot (j + kStages - 1) % kStages (the slot of
+    //   tile j - 1), and commit.
     Loads::template key_tile_landed<kThreads, kKeys, D>(p, sK + (j % kStages) * kKeys * D, j);  // the given line
 
     // The tile is computed kSub keys at a time: a whole softmax step each (S of 64 keys for two
@@ -238,19 +312,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
     const uint32_t kj = k_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2;
     float s[kMT][kNT][4] = {};
     scores<T, D, kMT, kSub>(s, q_addr, q_off, kj, k_off);
+    const int col0 = j * kKeys + sub * kSub + 2 * t;  // this thread's first key
+    terms.add(s, col0);  // nothing here; lesson 12's gate
 
-    if (j >= n_full) {  // a diagonal or tail tile: -inf where the key is past the end or the mask
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = q0 + warp * kWarpRows + mt * 16 + g + 8 * (e / 2);
-            const int col = j * kKeys + sub * kSub + nt * 8 + 2 * t + e % 2;
-            if (col >= p.seqlen_k || (p.causal && col > row + offset)) s[mt][nt][e] = fa::kNegInf;
-          }
-    }
+    if (j >= tl.n_full()) tl.template mask<kWarpRows>(p, s, col0, warp, lane);  // a diagonal or tail tile
 
     online_softmax(s, m, l, o, sl2);
     accumulate_pv<T, D, kMT, kSub>(s, l, o, v_addr + ((j % kStages) * kKeys + sub * kSub) * D * 2, v_off);
@@ -258,9 +323,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM) pipelined_kernel(co
   }
   fa::cp_async_wait<0>();  // nothing may be in flight when the block exits
 
-  T* obase = static_cast<T*>(p.o) + b * p.o_stride.batch + h * p.o_stride.head;
-  store_o(o, m, l, obase, p.o_stride.row, p.lse + static_cast<int64_t>(bh) * p.seqlen_q, [&] { return q0 + warp * kWarpRows; },
-          p.seqlen_q, sl2, lane);
+  store_o(o, m, l, tl.o(p), p.o_stride.row, tl.lse(p), [&] { return tl.q0() + warp * kWarpRows; }, tl.len_q(p), sl2,
+          lane);
 }
 
 }  // namespace lesson08

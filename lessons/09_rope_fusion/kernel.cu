@@ -152,7 +152,7 @@ void launch_attention(const fa::AttnParams& p, cudaStream_t stream) {
     configured = true;
   }
   const dim3 grid(fa::ceil_div(p.seqlen_q, c.rows), p.batch * p.heads_q);
-  kernel<<<grid, c.warps * 32, smem, stream>>>(p);
+  kernel<<<grid, c.warps * 32, smem, stream>>>(p, {});
   FA_CHECK_LAUNCH();
 }
 

@@ -13,7 +13,8 @@
 //   dg      dG_t = -(column sum of dS over the query rows that see key t) (the row sums of dS are
 //           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
 // The files: sequences.cuh (the sequences, the tile map's plan kernel, the gate's scan, a block's
-// work; TODOs 11-14), forward.cuh (TODOs 15-16), backward.cuh (TODOs 17-21), plan.hpp (the plan's index
+// work; TODOs 11-14), forward.cuh (the query tiles lesson 08's kernel runs over; TODOs 15-16),
+// backward.cuh (TODOs 17-21), plan.hpp (the plan's index
 // math, host and device; TODOs 1-3), model.cpp (the CPU model; TODOs 4-10), and this file: the
 // scratch, the launches and the entry points.
 // Build, test, profile:
@@ -95,6 +96,7 @@ unsigned grid_of(int64_t blocks) {
 void check_started() {
   lesson08::throw_if_copy_todos_left("12_gqa_varlen_gate (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("12_gqa_varlen_gate (its backward's tiles come from lesson 11's tiles.hpp)", lesson11::kTilesTodosLeft);
+  fa::throw_if_todos_left("08_pipelining", lesson08::kAttentionTodosLeft);  // lesson 08's kernel (attention.cuh), which its forward runs
   fa::throw_if_todos_left("11_fast_backward", lesson11::kDkdvTodosLeft);  // lesson 11's steps (dkdv.cuh), which it runs
   fa::throw_if_todos_left("12_gqa_varlen_gate", lesson12::kPlanTodosLeft);
   fa::throw_if_todos_left("12_gqa_varlen_gate", kSequencesTodosLeft);
@@ -120,9 +122,11 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
-  auto kernel = forward_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, kGate>;
+  using Tiles = PackedTiles<kGate>;
+  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks,
+                                           lesson08::PlainLoads, Tiles>;
   fa::allow_smem(kernel, smem);
-  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, map.order, map.count, G, heaviest_first);
+  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, typename Tiles::Args{map.order, map.count, G, heaviest_first});
   FA_CHECK_LAUNCH();
 }
 

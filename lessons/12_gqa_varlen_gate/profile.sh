@@ -20,16 +20,16 @@ if [ "$part" != 2 ]; then
   metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
   for g in 1 8 16; do
     echo "== heads_q / heads_kv = $g (16 query heads, $((16 / g)) K/V heads; seqlen 16384, causal, head_dim 128, fp16)"
-    "$root/tools/ncu-profile.sh" lesson12_gqa$g "$metrics" "forward_kernel" \
+    "$root/tools/ncu-profile.sh" lesson12_gqa$g "$metrics" "pipelined_kernel" \
       --lessons 12 --gqa "$g" --seqlens 16384 --head-dims 128 --causal 1
   done
-  echo "Read it: forward_kernel's DRAM reads against the prediction (Q + K + V + the map), and its"
+  echo "Read it: the forward (lesson 08's pipelined_kernel over PackedTiles): its DRAM reads against the prediction (Q + K + V + the map), and its"
   echo "time: fewer bytes only save time if the kernel was waiting on them."
 fi
 
 if [ "$part" != 1 ]; then
   # Every kernel of kernel.cu, in launch order (memsets are not kernels: ncu does not list them).
-  kernels="plan_kernel|scan_kernel|forward_kernel|preprocess_kernel|dkdv_kernel|convert_kernel|dq_kernel"
+  kernels="plan_kernel|scan_kernel|pipelined_kernel|preprocess_kernel|dkdv_kernel|convert_kernel|dq_kernel"
   for batch in long:8192,4096,2048,1024,512,256,128,128 short:512,256,128,64; do
     name=${batch%%:*} lengths=${batch#*:}
     for mode in atomic deterministic; do
@@ -40,7 +40,7 @@ if [ "$part" != 1 ]; then
     done
   done
   echo "Read it (times in ns): the forward is scan_kernel (G), plan_kernel (the query-tile map) and"
-  echo "forward_kernel; the backward is scan_kernel (G), two plan_kernels (query and key tiles),"
+  echo "pipelined_kernel (lesson 08's, over PackedTiles); the backward is scan_kernel (G), two plan_kernels (query and key tiles),"
   echo "preprocess_kernel, dkdv_kernel, then convert_kernel (atomic dQ) or dq_kernel (deterministic),"
   echo "and scan_kernel again (dg, backwards). How much of each pass are the small ones?"
 fi

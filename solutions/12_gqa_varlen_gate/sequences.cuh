@@ -199,8 +199,8 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 
 // ---- Tiles and blocks --------------------------------------------------------------------------
 // The swizzled tiles assume 128-byte aligned rows (lesson11::check_tile_alignment): each kernel
-// below declares its dynamic buffer __align__(128), or forward_kernel's 96 bytes of static
-// __shared__ bounds would put every row of a tile across two 128-byte lines, and each cp.async row
+// below (and lesson 08's, which the forward runs) declares its dynamic buffer __align__(128), or
+// the forward's 96 bytes of static __shared__ bounds (PackedTiles) would put every row of a tile across two 128-byte lines, and each cp.async row
 // would take two shared-memory wavefronts instead of one (README, "The 96 bytes", has what it
 // costs). (Rounding the pointer up at run time instead makes every tile address a register,
 // which is slower.)
