@@ -33,8 +33,9 @@ using lesson11::Config;
 using lesson11::kConfigs;
 // The key tiles of the dK/dV kernel (dkdv.cuh's dkdv_kernel): block (x, y) takes key tile x of
 // (batch, kv head) y, and with grouped-query heads visits the query tiles of every head of its
-// group. Nothing kept in shared memory: all of it follows from the block index and the parameters
-// (which cost no register), computed where it is used.
+// group. All of it follows from the block index and the parameters; what the key loop reads at
+// every iteration (the iterations, where the rows start) thread 0 computes once into shared memory,
+// as lesson 12 does: derived at every use, it costs the loop dozens of integer instructions.
 template <int kKeysT, int kRowsT>
 struct DenseKeys {
   static constexpr int kKeys = kKeysT, kRows = kRowsT;
@@ -46,9 +47,21 @@ struct DenseKeys {
   };
   struct Block {
     int2 tile_of[2];  // per buffer: its query tile's h and q0
+    int4 iters;       // iters() below, once
+    // Where head 0's rows start in Q and dO, its statistics and its fp32 dQ sums (head h: + h
+    // heads' strides), computed once by thread 0 rather than at every use.
+    alignas(16) int64_t origin[4];
   };
   struct Sums {};
-  __device__ static bool begin(const fa::AttnParams&, const Args&, Block&) { return true; }
+  __device__ static bool begin(const fa::AttnParams& p, const Args& a, Block& blk) {
+    const int b = batch(p);
+    blk.iters = iters_of(p);
+    blk.origin[0] = b * p.q_stride.batch;
+    blk.origin[1] = b * p.do_stride.batch;
+    blk.origin[2] = int64_t(b) * p.heads_q * a.padded;
+    blk.origin[3] = int64_t(b) * p.heads_q * p.seqlen_q;
+    return true;
+  }
   __device__ static int batch(const fa::AttnParams& p) { return blockIdx.y / p.heads_kv; }
   __device__ static int kv_head(const fa::AttnParams& p) { return blockIdx.y % p.heads_kv; }
   __device__ static int4 bounds(const fa::AttnParams& p, const Block&) {
@@ -56,7 +69,8 @@ struct DenseKeys {
   }
   // The query tiles the key tile visits, for each head of the group: from the first that sees any
   // of its keys (causal) to the last.
-  __device__ static int4 iters(const fa::AttnParams& p, const Block&) {
+  __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return lesson11::fresh(blk.iters); }
+  __device__ static int4 iters_of(const fa::AttnParams& p) {
     const int group = p.heads_q / p.heads_kv;
     const int first = lesson11::first_query_tile(blockIdx.x * kKeys, p.seqlen_k - p.seqlen_q, kRows, p.causal);
     const int per_head = max(0, fa::ceil_div(p.seqlen_q, kRows) - first);
@@ -77,14 +91,12 @@ struct DenseKeys {
   __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
     return lesson11::next_query_tile<kRows>(lesson11::fresh(blk.tile_of[buf]), p.seqlen_q, iters(p, blk).z);
   }
-  __device__ static longlong2 rows(const fa::AttnParams& p, const Block&) {
-    return make_longlong2(batch(p) * p.q_stride.batch, batch(p) * p.do_stride.batch);
+  __device__ static longlong2 rows(const fa::AttnParams&, const Block& blk) { return lesson11::fresh_pair(blk.origin); }
+  __device__ static int64_t stats(const fa::AttnParams&, const Args& a, const Block& blk, int h) {
+    return lesson11::fresh(blk.origin[2]) + int64_t(h) * a.padded;
   }
-  __device__ static int64_t stats(const fa::AttnParams& p, const Args& a, const Block&, int h) {
-    return (int64_t(batch(p)) * p.heads_q + h) * a.padded;
-  }
-  __device__ static int64_t accum(const fa::AttnParams& p, const Block&, int h) {
-    return (int64_t(batch(p)) * p.heads_q + h) * p.seqlen_q;
+  __device__ static int64_t accum(const fa::AttnParams& p, const Block& blk, int h) {
+    return lesson11::fresh(blk.origin[3]) + int64_t(h) * p.seqlen_q;
   }
   __device__ static longlong2 keys(const fa::AttnParams& p, const Block&) {
     return make_longlong2(batch(p) * p.k_stride.batch + kv_head(p) * p.k_stride.head,

@@ -32,8 +32,9 @@ using lesson11::Config;
 using lesson11::kConfigs;
 // The key tiles of the dK/dV kernel (dkdv.cuh's dkdv_kernel): block (x, y) takes key tile x of
 // (batch, kv head) y, and with grouped-query heads visits the query tiles of every head of its
-// group. Nothing kept in shared memory: all of it follows from the block index and the parameters
-// (which cost no register), computed where it is used.
+// group. All of it follows from the block index and the parameters; what the key loop reads at
+// every iteration (the iterations, where the rows start) thread 0 computes once into shared memory,
+// as lesson 12 does: derived at every use, it costs the loop dozens of integer instructions.
 template <int kKeysT, int kRowsT>
 struct DenseKeys {
   static constexpr int kKeys = kKeysT, kRows = kRowsT;
