@@ -14,9 +14,8 @@
 //           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
 // The files: sequences.cuh (the sequences, the tile map's plan kernel, the gate's scan, a block's
 // work; TODOs 11-14), forward.cuh (the query tiles lesson 08's kernel runs over; TODOs 15-16),
-// backward.cuh (TODOs 17-21), plan.hpp (the plan's index
-// math, host and device; TODOs 1-3), model.cpp (the CPU model; TODOs 4-10), and this file: the
-// scratch, the launches and the entry points.
+// backward.cuh (TODOs 17-21), plan.hpp (the plan's index math, host and device; TODOs 1-3),
+// model.cpp (the CPU model; TODOs 4-10), and this file: the scratch, launches and entry points.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh

@@ -150,10 +150,10 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 // ---- Tiles and blocks --------------------------------------------------------------------------
 // The swizzled tiles assume 128-byte aligned rows (lesson11::check_tile_alignment): each kernel
 // below (and lesson 08's, which the forward runs) declares its dynamic buffer __align__(128), or
-// the forward's 96 bytes of static __shared__ bounds (PackedTiles) would put every row of a tile across two 128-byte lines, and each cp.async row
-// would take two shared-memory wavefronts instead of one (README, "The 96 bytes", has what it
-// costs). (Rounding the pointer up at run time instead makes every tile address a register,
-// which is slower.)
+// the forward's 96 bytes of static __shared__ bounds (PackedTiles) would put every tile row across
+// two 128-byte lines, and each cp.async row would take two shared-memory wavefronts instead of one
+// (README, "The 96 bytes", has what it costs). Rounding the pointer up at run time instead makes
+// every tile address a register, which is slower.
 using lesson11::check_tile_alignment;
 
 // Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).

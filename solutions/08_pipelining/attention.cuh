@@ -170,7 +170,9 @@ __device__ __forceinline__ void store_o(const float (&o)[kMT][kDT][4], const flo
 //                  n_full without a mask;
 //   q(p), kv(p), o(p), lse(p)   its head's row 0 in Q, in K and V, in O and in the LSE;
 //   mask<kWarpRows>(p, s, col0, warp, lane)   a key tile from n_full on: S = -inf where the
-//                  key is masked (col0: the thread's first key of the step);
+//                  key is masked (col0: the thread's first key of the step); the Tiles' own loop,
+//                  so each writes its test as it compiles best (a test per element, called from
+//                  the kernel's loop, spilled);
 //   scale(p)       what turns S into base-2 units in the softmax;
 //   logits<kMT, kWarpRows>(p, warp, lane)   what is done to S after each product (add(s, col0)):
 //                  nothing here; lesson 12's gate scales S into base 2 and adds its terms (its
@@ -271,9 +273,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
 
   // TODO(3): the prologue: start the Q tile (copy_q), commit it as a group, then the K and V tiles
   //   0 .. kStages - 2 that exist (below tl.n_tiles()) into ring slots 0 .. kStages - 2 (copy_kv),
-  //   one commit per tile (commit even
-  //   when the tile does not exist, so that "wait until kStages - 2 groups are pending" always
-  //   means "tile j is in").
+  //   one commit per tile (commit even when the tile does not exist, so that "wait until
+  //   kStages - 2 groups are pending" always means "tile j is in").
   // BEGIN SOLUTION
   copy_q();
   fa::cp_async_commit();

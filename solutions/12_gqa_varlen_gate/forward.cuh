@@ -22,10 +22,9 @@ const fa::TodoList kForwardTodosLeft = {
 // entry, query head): a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with
 // kGate the gate's anchored differences added to the logits (which then live in base-2 units: the
 // softmax runs with scale 1). The block's sequence and loop bounds live in shared memory, read
-// where they are used (fresh): the kernel is at the 255-register limit, and lesson 08's few dense
-// bounds are a handful of registers (or the parameters', which cost none), while a sequence's
-// bounds, offsets and map entry kept in registers through the loop would push the accumulators
-// out to local memory (ptxas reports the spills).
+// where they are used (fresh): the kernel is at the 255-register limit, and a sequence's bounds,
+// offsets and map entry kept in registers through the loop (lesson 08 keeps only a few) would
+// push the accumulators out to local memory (ptxas reports the spills).
 template <bool kGate>
 struct PackedTiles {
   struct Args {
@@ -117,9 +116,8 @@ struct PackedTiles {
       }
     }
   };
-  // The gate's terms of a thread's rows: G of the (sequence, head), the tile's anchor, and the
-  // anchored differences of its rows' key positions, qg. add() turns S into base-2 logits with the
-  // gate: S scale log2(e) + qg - kg, kg the keys' differences.
+  // The gate's terms of a thread's rows: G of the (sequence, head), the tile's anchor, its rows'
+  // anchored differences qg. add() makes S the base-2 logits S scale log2(e) + qg - kg.
   template <int kMT>
   struct Terms {
     const double* gh;
@@ -129,8 +127,7 @@ struct PackedTiles {
     template <int kNT>
     __device__ void add(float (&sacc)[kMT][kNT][4], int col0) const {
       // TODO(16): the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,
-      //   kg = gate_diff at the column (0 at and past len_k = fresh(blk().s.len_k), where the mask
-      //   removes it anyway, and where G has no entry of this sequence).
+      //   kg = gate_diff at the column; 0 from len_k = fresh(blk().s.len_k) on (masked; no G there).
       // BEGIN SOLUTION
       const int lk = fresh(blk().s.len_k);
 #pragma unroll
