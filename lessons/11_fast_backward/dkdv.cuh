@@ -296,6 +296,17 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     const float* lse_s = sL + buf * kRows;
     const float* delta_s = sDelta + buf * kRows;
 
+    // The mask, from Cols::tile's bound (lim), keys counted from the warp's first and rows from
+    // the tile's first: causal, key > row + lim; otherwise key > lim - 1. One test for all three
+    // modes, key > c row + l: c = 1 only for a causal tile that needs the mask, and l past every
+    // key for a tile that needs none. So every tile runs one stretch of code without branches, in
+    // which the scheduler overlaps the exponentials with the GEMMs around them. Causal, keys past
+    // len_k are past row + offset for every row of the sequence, and rows past len_q have P = 0
+    // anyway (LSE2 = +inf): no test of their own.
+    const int4 mode = Cols::tile(p, blk, it, buf);
+    const int c = mode.z && p.causal;
+    const int l = !mode.z ? INT_MAX : mode.w - 16 * kKT * warp - !p.causal;
+
     // The tile kSub rows at a time: one step's S^T and dP^T live at once. Not unrolled.
 #pragma unroll 1
     for (int sub = 0; sub < kRows / kSub; ++sub) {
@@ -304,24 +315,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     float s[kKT][kNT][4] = {}, dp[kKT][kNT][4] = {};
     transposed_scores<T, D, kKT, kSub>(s, dp, k_addr, v_addr, q_addr, do_addr, off, r0);
 
-    // The mask, from Cols::tile's bound, keys counted from the warp's first and rows from the
-    // step's first: causal, key > row + lim; otherwise key >= lim. Causal, keys past len_k are past
-    // row + offset for every row of the sequence, and rows past len_q have P = 0 anyway (LSE2 =
-    // +inf): no test of their own.
-    const int4 tile = Cols::tile(p, blk, it, buf);
-    const bool masked = tile.z;
-    const int lim = tile.w - 16 * kKT * warp + (p.causal ? r0 : 0);
     // TODO(5): P^T and dS^T in place: s[kt][nt][e] (m16 tile kt of the warp's keys; the key and
     //   row within their tiles from st_element) becomes P = exp2(s scale log2(e) - LSE2[row])
-    //   (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 + kg[kt][e / 2]), 0 where `masks` says
-    //   the key is masked (key = 16 kt + the element's key), and dp[kt][nt][e] becomes dS = P (dP -
-    //   D[row]) (D from delta_s). `step` is called with the test of the tile's mode (below), so no
-    //   element chooses its test.
-    auto step = [&](auto masks) {
-    };
-    if (!masked) step([](int, int) { return false; });
-    else if (p.causal) step([&](int key, int row) { return key > row + lim; });
-    else step([&](int key, int) { return key >= lim; });
+    //   (fa::ex2, LSE2 from lse_s; with Cols::kGate, LSE2 + kg[kt][e / 2]), 0 where the key is
+    //   masked (key > c row + l, key = 16 kt + the element's key, row = r0 + the element's row),
+    //   and dp[kt][nt][e] becomes dS = P (dP - D[row]) (D from delta_s).
     if constexpr (Cols::kGate) Cols::template add_sums<kAtomicDq>(sums, dp, r0, buf, warp, lane);
 
     // dV += P^T dO and dK += dS^T Q, and with kAtomicDq dS^T to sdS.
