@@ -20,7 +20,9 @@
 # kernel.cu, and both debts moved with them (the one time they rose: the split the issue asks for,
 # not more code to understand). They fell when lesson 12's kernels took lessons 08 and 11's steps of
 # a tile (attention.cuh, dkdv.cuh) instead of copies of them, and again (by 15 lines only, lesson
-# 08 growing by 64) when its forward became lesson 08's kernel over its own query tiles.
+# 08 growing by 64) when its forward became lesson 08's kernel over its own query tiles, and by
+# 85 when its dK/dV kernel became lesson 11's over its own key tiles. With that its seams are cut
+# (no kernel of lessons 08 and 11 copied); what remains is its own code.
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
 set -uo pipefail
@@ -31,7 +33,7 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # The known debt (see the header): the most it may be until the seams are cut.
-debt_l12_cu=908        # lesson 12's skeleton kernel files (.cu and .cuh)
+debt_l12_cu=904        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk
