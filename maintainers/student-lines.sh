@@ -12,16 +12,15 @@
 # lesson 13's solution kernel.cu under 400 (met since its seams were cut: producer.cuh,
 # consumer.cuh, pipeline.hpp, schedule.hpp). Lesson 12 is under 1,500 since its preprocess and dQ
 # pass became lesson 11's, run over its own query tiles (dkdv.cuh). Its skeleton kernel files are a
-# known debt, tracked by the issue "Lessons 12 and 13 along their seams": until its seams are cut
-# they may not grow past the count below (a ratchet: lower the debt when a change shrinks it, never
-# raise it). Lesson 12's kernel files are its .cu and .cuh: when its kernel.cu was split into
+# known debt, tracked by the issue "Lessons 12 and 13 along their seams": they may not grow past
+# the count below (a ratchet: lower the debt when a change shrinks it, never raise it). Lesson 12's kernel files are its .cu and .cuh: when its kernel.cu was split into
 # sequences.cuh, forward.cuh and backward.cuh (the same code, the same SASS), the count took in the
 # headers; their includes, TODO lists and opening comments added 65 lines to the 1,298 of the one
 # kernel.cu, and both debts moved with them (the one time they rose: the split the issue asks for,
 # not more code to understand). They fell when lesson 12's kernels took lessons 08 and 11's steps of
 # a tile (attention.cuh, dkdv.cuh) instead of copies of them, and again (by 15 lines only, lesson
 # 08 growing by 64) when its forward became lesson 08's kernel over its own query tiles, and by
-# 85 when its dK/dV kernel became lesson 11's over its own key tiles. With that its seams are cut
+# 86 when its dK/dV kernel became lesson 11's over its own key tiles. With that its seams are cut
 # (no kernel of lessons 08 and 11 copied); what remains is its own code.
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
@@ -32,8 +31,8 @@ cd "$root" || exit 1
 limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
-# The known debt (see the header): the most it may be until the seams are cut.
-debt_l12_cu=904        # lesson 12's skeleton kernel files (.cu and .cuh)
+# The known debt (see the header): the most it may be.
+debt_l12_cu=903        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk

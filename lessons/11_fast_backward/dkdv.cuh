@@ -196,11 +196,13 @@ __device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
 // With kAtomicDq it also adds the tile's share of dQ to fp32 sums (atomic_dq).
 //
 // Cols says which key tile a block takes and where its rows are: lesson 11's dense tensors
-// (kernel.cu's DenseKeys, everything from the block index and the parameters), lesson 12's packed
-// sequences (its backward.cuh's PackedKeys, kept in shared memory by the block's thread 0: that
-// kernel is at the 255-register limit). What the kernel asks of it:
+// (kernel.cu's DenseKeys, from the block index and the parameters), lesson 12's packed sequences
+// (its backward.cuh's PackedKeys, from the tile map). Each keeps what the loop reads at every
+// iteration in shared memory, written by the block's thread 0: the kernel is at the 255-register
+// limit. What the kernel asks of it:
+//   Cols::kKeys, Cols::kRows: the kernel's tile sizes (checked);
 //   Cols::Args       the kernel's second parameter: lse2, delta, dq_accum and Cols's own;
-//   Cols::Block      what begin keeps in shared memory (empty for lesson 11);
+//   Cols::Block      what begin and loading keep in shared memory;
 //   begin(p, a, blk) on thread 0: the block's key tile; false if it has none (a spare block);
 //   iters(p, blk)    {iterations, query tiles per head, the first query tile, the first query head}:
 //                    iteration `it` visits query tile first + it % per_head of head first_head +
@@ -210,12 +212,15 @@ __device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
 //   stats(p, a, blk, h), accum(p, blk, h): the index of head h's row 0 in the statistics (lse2,
 //                    delta) and in the fp32 dQ sums (rows of D floats);
 //   keys(p, blk), grads(p, blk): the element offsets of the kv head's row 0 in K and V, in dK and dV;
+//   loading(p, blk, buf, tile) on thread 0, as buffer buf's loads start: its query tile, as
+//                    query_tile gives it;
 //   tile(p, blk, it, buf) iteration it's query tile, in buffer buf: {head h, first row q0, whether
-//                    it needs the mask, the mask's bound} (lesson 11 computes it from it; lesson 12
-//                    keeps what loading(p, blk, buf, tile) was told on thread 0 as the loads began);
+//                    it needs the mask, the mask's bound}, from what loading kept (lesson 11 keeps
+//                    h and q0 and derives the rest again; lesson 12 keeps all four);
 //   head_row(p, blk, it, buf) the same tile's {h, q0} alone;
-//   next(p, blk, it, buf) iteration it + 1's {h, q0}, after iteration it's barrier.
-// Cols::kGate: lesson 12's gate, through its hooks (Sums, clear, start_tile, add_sums, end_tile,
+//   next(p, blk, it, buf) iteration it + 1's {h, q0}, after iteration it's barrier;
+//   Cols::Sums       the gate's sums of dS in shared memory (empty without the gate).
+// Cols::kGate: lesson 12's gate, through its hooks (clear, start_tile, add_sums, end_tile,
 // finish), called only then.
 template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq, class Cols>
 __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnParams p, const typename Cols::Args a) {
