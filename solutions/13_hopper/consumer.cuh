@@ -277,9 +277,9 @@ __device__ __forceinline__ void consume(const Block& x, int wg, int tid, Mark& m
               if (hi) u[k] = got;
               else u[k | bit] = got;
             }
-        if (row < p.seqlen_q) *reinterpret_cast<uint4*>(orow + 8 * (4 * c + t)) = make_uint4(u[0], u[1], u[2], u[3]);
+        if (row >= 0 && row < p.seqlen_q) *reinterpret_cast<uint4*>(orow + 8 * (4 * c + t)) = make_uint4(u[0], u[1], u[2], u[3]);
       }
-      if (t == 0 && row < p.seqlen_q)
+      if (t == 0 && row >= 0 && row < p.seqlen_q)
         p.lse[bh * p.seqlen_q + row] = sum > 0.f ? (m[hh] * sl2 + log2f(sum)) / fa::kLog2e : INFINITY;
     }
     work = next;

@@ -46,8 +46,13 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
   if (w <= INT32_MAX) split(unsigned(w));
   else split(w);
   tl.hk = tl.h / (p.heads_q / p.heads_kv);
-  const int qtile = p.causal ? n_qtiles - 1 - rank : rank;
-  const int q0 = qtile * kRows, offset = p.seqlen_k - p.seqlen_q;
+  // Causal, the tiles are counted back from the last row: rank 0 ends at seqlen_q, and a partial
+  // tile (seqlen_q not a multiple of kRows) is the first rows, the lightest, its q0 below 0 (TMA
+  // fills the rows before 0 with zeros, the mask hides every key from them, and nothing is
+  // stored for them). Counted from row 0, the partial tile would be the heaviest: with three
+  // consumer warpgroups and seqlen_q = 4096, one tile in 22 of each head would see every key with
+  // a third of its rows.
+  const int q0 = p.causal ? p.seqlen_q - (rank + 1) * kRows : rank * kRows, offset = p.seqlen_k - p.seqlen_q;
   int k_end = p.seqlen_k;
   if (p.causal) k_end = min(p.seqlen_k, min(q0 + kRows, p.seqlen_q) + offset);
   tl.n_tiles = k_end > 0 ? fa::ceil_div(k_end, kKeys) : 0;
