@@ -124,8 +124,8 @@ TEST_CASE("lesson13: the persistent grid with fewer blocks than work tiles") {
     for (int d : {64, 128})
       for (bool causal : {false, true})
         // 2 x 6 heads of 2 K/V heads; 700 x 700 (6 query tiles of 1 to 6 key tiles, causal; 4 of
-        // 192 rows with three consumers) and 500 x 300 (causal: the first two query tiles see no
-        // key; of 192-row tiles, the first).
+        // 192 rows with three consumers) and 500 x 300 (causal: the query tile of the first rows,
+        // of 128 or of 192, sees no key).
         for (auto [sq, sk] : {std::pair{700, 700}, std::pair{500, 300}}) {
           fa::test::Case c = fa::test::dense_case(sq, sk, d, d == 64 ? fa::DType::kBF16 : fa::DType::kF16, causal, 6, 2, 2);
           c.variant = variant;

@@ -48,7 +48,7 @@ __device__ __forceinline__ Tile tile_of(const fa::AttnParams& p, int64_t w) {
   tl.hk = tl.h / (p.heads_q / p.heads_kv);
   // Causal, the tiles are counted back from the last row: rank 0 ends at seqlen_q, and a partial
   // tile (seqlen_q not a multiple of kRows) is the first rows, the lightest, its q0 below 0 (TMA
-  // fills the rows before 0 with zeros, the mask hides every key from them, and nothing is
+  // fills the rows before 0 with zeros; they are computed as padding rows are, and nothing is
   // stored for them). Counted from row 0, the partial tile would be the heaviest: with three
   // consumer warpgroups and seqlen_q = 4096, one tile in 22 of each head would see every key with
   // a third of its rows.
