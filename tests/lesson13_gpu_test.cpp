@@ -33,11 +33,12 @@ fa::LessonInfo traced_lesson() {
   return lesson;
 }
 
-// The key tiles work tile w visits, from the README's numbering (query tile fastest; causal, each
-// head's last query tile first; bottom-right aligned): the test's own statement of it.
+// The key tiles work tile w visits, from the README's numbering (query tile fastest; causal, the
+// tiles counted back from the last row, so each head's last query tile first, and a partial one
+// holding the first rows; bottom-right aligned): the test's own statement of it.
 int key_tiles_of(const fa::test::Case& c, int w) {
   const int n_qtiles = (c.seqlen_q + 127) / 128, rank = w % n_qtiles;
-  const int q0 = 128 * (c.causal ? n_qtiles - 1 - rank : rank);
+  const int q0 = c.causal ? c.seqlen_q - 128 * (rank + 1) : 128 * rank;
   int k_end = c.seqlen_k;
   if (c.causal) k_end = std::min(c.seqlen_k, std::min(q0 + 128, c.seqlen_q) + c.seqlen_k - c.seqlen_q);
   return k_end > 0 ? (k_end + 127) / 128 : 0;

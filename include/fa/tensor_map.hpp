@@ -12,7 +12,8 @@ namespace fa {
 
 // A 3-D map over a contiguous (bh, seqlen, d) tensor of 16-bit values: boxes of 64 columns x `rows`
 // rows of one slice (one batch and head), 128-byte swizzled (lesson 13's wgmma.hpp draws it);
-// rows past seqlen read as zeros. `who` names the lesson in errors.
+// rows past seqlen, and before row 0 (a negative corner), read as zeros. `who` names the lesson in
+// errors.
 // The runtime keeps the 32 most recent maps by (ptr, t, bh, seqlen, d, rows) and returns a kept one
 // instead of encoding it again.
 CUtensorMap make_tensor_map(const char* who, const void* ptr, DType t, int bh, int seqlen, int d, int rows);
