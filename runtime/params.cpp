@@ -24,6 +24,12 @@ void set_strides(AttnParams& p, bool varlen, bool bshd) {
   p.q_stride = p.o_stride = p.do_stride = p.dq_stride = of(p.heads_q, p.seqlen_q);
   p.k_stride = p.v_stride = p.dk_stride = p.dv_stride = of(p.heads_kv, p.seqlen_k);
 }
+
+// A TODO's number: "TODO(n) in <file>: ..." (an entry without one counts as last).
+int todo_number(const char* todo) {
+  int n = 0;
+  return std::sscanf(todo, "TODO(%d)", &n) == 1 ? n : INT_MAX;
+}
 }  // namespace
 
 void set_contiguous_strides(AttnParams& p) { set_strides(p, p.is_varlen(), false); }
@@ -51,7 +57,10 @@ void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
   if (todos.empty()) return;
   std::string nn(lesson_id, std::string(lesson_id).find('_') == std::string::npos ? 0 : 2);
   std::ostringstream os;
-  const std::string todo = todos.front();
+  // The lowest number left, whatever the list's order: a file lists its TODOs as they appear in
+  // it, and a kernel written before its helpers has a higher number first.
+  const std::string todo = *std::min_element(todos.begin(), todos.end(),
+                                             [](const char* a, const char* b) { return todo_number(a) < todo_number(b); });
   os << "lesson " << (nn.empty() ? std::string(lesson_id) : nn) << " not implemented yet: " << todo << "  (";
   if (todos.size() > 1) os << todos.size() - 1 << " more TODO(s) after this one; ";
   // How to mark it done: the skeleton writes "TODO(n) in <file>: ..."; a .cpp or .cu file lists its
@@ -70,14 +79,8 @@ void throw_if_todos_left(const char* lesson_id, const TodoList& todos) {
 }
 
 void throw_if_todos_left(const char* lesson_id, std::initializer_list<const TodoList*> lists) {
-  // A TODO's number: "TODO(n) in <file>: ..." (an entry without one sorts last).
-  auto number = [](const char* todo) {
-    int n = 0;
-    return std::sscanf(todo, "TODO(%d)", &n) == 1 ? n : INT_MAX;
-  };
   TodoList all;
   for (const TodoList* l : lists) all.insert(all.end(), l->begin(), l->end());
-  std::stable_sort(all.begin(), all.end(), [&](const char* a, const char* b) { return number(a) < number(b); });
   throw_if_todos_left(lesson_id, all);
 }
 

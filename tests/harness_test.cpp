@@ -409,6 +409,14 @@ TEST_CASE("harness: a skeleton says which TODO is next") {
   CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("08_pipelining", {"TODO(1) in tiles.hpp: swizzle", "TODO(2) in tiles.hpp: x"}),
                        "lesson 08 not implemented yet: TODO(1) in tiles.hpp: swizzle  (1 more TODO(s) after this one; "
                        "when you have written it, delete its line from the TodosLeft list in tiles.hpp)", fa::NotImplemented);
+  // A file lists its TODOs in its own order; the lowest number left is named, in one list or several.
+  const fa::TodoList later_first = {"TODO(6) in dkdv.cuh: b", "TODO(4) in dkdv.cuh: a"}, other = {"TODO(5) in kernel.cu: c"};
+  CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("11_fast_backward", later_first),
+                       "lesson 11 not implemented yet: TODO(4) in dkdv.cuh: a  (1 more TODO(s) after this one; "
+                       "when you have written it, delete its line from the TodosLeft list in dkdv.cuh)", fa::NotImplemented);
+  CHECK_THROWS_WITH_AS(fa::throw_if_todos_left("11_fast_backward", {&other, &later_first}),
+                       "lesson 11 not implemented yet: TODO(4) in dkdv.cuh: a  (2 more TODO(s) after this one; "
+                       "when you have written it, delete its line from the TodosLeft list in dkdv.cuh)", fa::NotImplemented);
 }
 
 TEST_CASE("harness: seeded random numbers") {

@@ -190,10 +190,11 @@ struct CudaError : Error {
 // A skeleton lists the TODOs its student has not written yet; the solution's list is empty.
 using TodoList = std::vector<const char*>;
 // Throws NotImplemented("lesson NN not implemented yet: <first TODO>  (... when you have written it,
-// delete its line from kTodosLeft in <file>)") if `todos` is not empty.
+// delete its line from kTodosLeft in <file>)") if `todos` is not empty. The TODO named is the one
+// left with the lowest number, whatever the list's order.
 void throw_if_todos_left(const char* lesson_id, const TodoList& todos);
 // The same over several files' lists of one lesson, whose numbers interleave (kernel.cu's TODOs 4
-// and 5, then a header's 6): the TODO left with the lowest number is the one named.
+// and 5, then a header's 6).
 void throw_if_todos_left(const char* lesson_id, std::initializer_list<const TodoList*> lists);
 
 // Checks `p` against what `lesson` supports and against the rules every call obeys (shapes,

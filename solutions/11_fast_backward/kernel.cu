@@ -199,7 +199,7 @@ void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t 
 void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream) {
   lesson08::throw_if_copy_todos_left("11_fast_backward (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("11_fast_backward", lesson11::kTilesTodosLeft);
-  fa::throw_if_todos_left("11_fast_backward", {&lesson11::kDkdvTodosLeft});  // the lowest number first, not the file's order
+  fa::throw_if_todos_left("11_fast_backward", lesson11::kDkdvTodosLeft);
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
