@@ -64,10 +64,10 @@ struct StepVariant {
   int step, max_blocks, consumers;
   const char* about;
 };
-constexpr int kThreeCausalFrom = 1536;
-static_assert(kThreeCausalFrom == 1536, "step4's description below says 1.5k rows: change both");
+constexpr int kThreeCausalFrom = 1024;
+static_assert(kThreeCausalFrom == 1024, "step4's description below says 1k rows: change both");
 constexpr StepVariant kVariants[] = {
-    {"step4", 4, 0, 0, "+ a persistent grid: one block per SM takes work tiles from a counter (head dim 64: 3 consumer warpgroups; causal from 1.5k rows)"},
+    {"step4", 4, 0, 0, "+ a persistent grid: one block per SM takes work tiles from a counter (head dim 64: 3 consumer warpgroups; causal from 1k rows)"},
     {"step1", 1, 0, 2, "a block per work tile; each consumer warpgroup's S = Q K^T, softmax and O += P V one after the other"},
     {"step2", 2, 0, 2, "+ overlap in a warpgroup: the next tile's Q K^T issued with this tile's P V"},
     {"step3", 3, 0, 2, "+ ping-pong: the consumer warpgroups take turns issuing their GEMMs"},
