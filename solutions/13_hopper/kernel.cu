@@ -55,7 +55,8 @@ using lesson13::Smem;
 // Step 4 at head dim 64 takes three consumer warpgroups (192-row work tiles): there a key tile's
 // GEMMs take half as long as at 128 and its softmax does not, and a third warpgroup's softmax fills
 // the tensor cores' gaps. Causal, only from kThreeCausalFrom query rows on: below it, a 192-row
-// tile's diagonal (two key tiles masked, not one) costs more than that gains (README, section 8).
+// tile's diagonal (two key tiles masked, not one) costs as much as that gains or more (README,
+// section 8).
 // The lesson's variants are the steps, step 4 the default; step 4 with the consumers fixed (2 or
 // 3; 0: by the call, as above); and step 4 on a few blocks only (at most max_blocks; 0: one per
 // SM), for the tests: each block then takes many work tiles.
