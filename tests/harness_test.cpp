@@ -364,6 +364,20 @@ TEST_CASE("harness: launch limits and the GPU a lesson needs are checked once, b
 }
 
 namespace {
+void write_before_o(const fa::AttnParams& p, cudaStream_t) { static_cast<uint16_t*>(p.o)[-1] = 0; }
+}  // namespace
+
+TEST_CASE("harness: a lesson that writes before its output fails the case as a mismatch") {
+  // A write into a buffer's guard is a wrong result: a MISMATCH, which maintainers/run_mutant.sh
+  // counts as the suite's rejection (lesson 13's epilogue storing rows before row 0, for one).
+  fa::LessonInfo lesson = fake_lesson();
+  lesson.forward = &write_before_o;
+  const fa::test::Outcome out = fa::test::check_forward(lesson, fa::test::dense_case(8, 8, 64, fa::DType::kF16, false));
+  CHECK_FALSE(out.ok);
+  CHECK_MESSAGE(out.text.find("MISMATCH: out-of-bounds write before o: byte 1 before the start") != std::string::npos, out.text);
+}
+
+namespace {
 const char* fake_phase(int p) { return p == 0 ? "setup" : p == 1 ? "work" : "exit"; }
 int64_t fake_lanes(const fa::AttnParams& p) { return int64_t(p.batch) * 2; }
 void fake_trace(const fa::AttnParams&, const fa::TraceSink&, cudaStream_t) {}

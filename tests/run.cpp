@@ -73,14 +73,23 @@ void sync(const LessonInfo& lesson) {
   if (lesson.memory == Memory::kDevice) FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// Poison the outputs, run through the one entry point, and check the guards of every buffer.
+// Poison the outputs, run through the one entry point, and check the guards of every buffer. A
+// write into a guard is a wrong result like any other, which the suite looks for (the guards are
+// filled as the outputs are poisoned): it fails as a MISMATCH, so a mutant that writes past its
+// output counts as rejected by the suite's checks (maintainers/run_mutant.sh), not as a crash.
 void execute(const LessonInfo& lesson, Run& r, Direction pass) {
   for (Buffer* b : outputs(r, pass)) b->poison();
   sync(lesson);
   if (pass == Direction::kForward) run_forward(lesson, r.p);
   else run_backward(lesson, r.p);
   sync(lesson);
-  for (const Buffer* b : r.buffers()) b->check_guards();
+  for (const Buffer* b : r.buffers()) {
+    try {
+      b->check_guards();
+    } catch (const Error& e) {
+      throw Error(std::string("MISMATCH: ") + e.what());
+    }
+  }
 }
 
 // A 16-bit tensor read back in the reference's layout (bshd cases back from their strides), as

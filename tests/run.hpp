@@ -65,7 +65,8 @@ std::vector<Buffer*> outputs(Run& r, Direction pass);
 // The case's inputs in the lesson's memory, and the params of a forward call on them (its variant too).
 Run prepare(const LessonInfo& lesson, const Case& c, const Inputs& in);
 void sync(const LessonInfo& lesson);
-// Poison the outputs, run through the one entry point, and check the guards of every buffer.
+// Poison the outputs, run through the one entry point, and check the guards of every buffer (a
+// guard written fails as a MISMATCH).
 void execute(const LessonInfo& lesson, Run& r, Direction pass = Direction::kForward);
 // A 16-bit tensor read back in the reference's layout (bshd cases back from their strides), as
 // storage bits and as values.
