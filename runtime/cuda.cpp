@@ -1,6 +1,8 @@
+#include <climits>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "fa/cuda_check.hpp"
@@ -59,6 +61,12 @@ void* device_scratch(size_t bytes) {
     s.bytes = bytes;
   }
   return s.ptr;
+}
+
+unsigned grid_blocks(int64_t blocks, const char* what) {
+  if (blocks > INT32_MAX)
+    throw InvalidArgument(std::string(what) + ": the grid needs " + std::to_string(blocks) + " blocks, more than 2^31 - 1");
+  return static_cast<unsigned>(blocks);
 }
 
 unsigned long long* zeroed_counter(cudaStream_t stream) {

@@ -1,14 +1,19 @@
-// GPU smoke tests of the harness: device buffers, their guards and poison, and CUDA error
-// reporting. These need a GPU; without one the executable skips (or fails with FA_REQUIRE_GPU=1).
+// GPU smoke tests of the harness: device buffers, their guards and poison, CUDA error reporting,
+// and the shared device parts (tensor maps, counters, the scratch's pieces, tile maps). These need
+// a GPU; without one the executable skips (or fails with FA_REQUIRE_GPU=1).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "fa/buffer.hpp"
 #include "fa/cuda_check.hpp"
 #include "fa/half.hpp"
 #include "fa/tensor_map.hpp"
+#include "fa/tile_map.cuh"
 
 namespace {
 __global__ void write_range(float* x, int begin, int end) {
@@ -114,4 +119,79 @@ TEST_CASE("harness gpu: a stream's counter is kept, zeroed at every call, and no
   CHECK(read_counter(b) == 5);  // the other stream's untouched
   FA_CUDA_CHECK(cudaStreamDestroy(s1));
   FA_CUDA_CHECK(cudaStreamDestroy(s2));
+}
+
+namespace {
+// fa::plan_tiles over sequences of lengths len in tiles of 4 rows; tile t of a sequence has work
+// t + 1 (the later tiles heavier), capped at 9 by its bucket.
+__device__ int plan_bucket(int t) { return fa::kPlanThreads - 1 - min(t + 1, 9); }
+__global__ void plan_test_kernel(const int* len, int batch, bool heaviest_first, fa::TileMap m) {
+  auto tiles = [&](int b) { return (len[b] + 3) / 4; };
+  auto bucket = [&](int, int t) { return plan_bucket(t); };
+  fa::plan_tiles(batch, tiles, bucket, heaviest_first, m);
+}
+}  // namespace
+
+TEST_CASE("harness gpu: a tile map lists every tile once, heaviest first or in packed order") {
+  // 2,500 sequences (the prefix sum in three chunks of 1,024), empty ones among them.
+  std::vector<int> len(2500);
+  int64_t total = 0;
+  for (size_t b = 0; b < len.size(); ++b) total += len[b] = int((b * 7919) % 61) * (b % 5 == 3 ? 0 : 1);
+  std::vector<int> start(len.size() + 1, 0);
+  for (size_t b = 0; b < len.size(); ++b) start[b + 1] = start[b] + (len[b] + 3) / 4;
+  for (bool heaviest_first : {true, false}) {
+    CAPTURE(heaviest_first);
+    fa::Buffer lens(fa::Memory::kDevice, len.size() * sizeof(int), "len");
+    FA_CUDA_CHECK(cudaMemcpy(lens.data(), len.data(), len.size() * sizeof(int), cudaMemcpyHostToDevice));
+    fa::TileMap m;
+    fa::carve_scratch([&](fa::Carver& c) { m = fa::take_tile_map(c, int(len.size()), total, 4); });
+    REQUIRE(m.entries >= start.back());
+    plan_test_kernel<<<1, fa::kPlanThreads>>>(static_cast<const int*>(lens.data()), int(len.size()), heaviest_first, m);
+    FA_CHECK_LAUNCH();
+    std::vector<int> tile_start(len.size() + 1), count(1);
+    std::vector<int2> order(start.back());
+    FA_CUDA_CHECK(cudaMemcpy(tile_start.data(), m.tile_start, tile_start.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    FA_CUDA_CHECK(cudaMemcpy(count.data(), m.count, sizeof(int), cudaMemcpyDeviceToHost));
+    FA_CUDA_CHECK(cudaMemcpy(order.data(), m.order, order.size() * sizeof(int2), cudaMemcpyDeviceToHost));
+    CHECK(tile_start == start);
+    REQUIRE(count[0] == start.back());
+    std::vector<int> seen(start.back(), 0);
+    int worst = 0;
+    for (size_t x = 0; x < order.size(); ++x) {
+      const int b = order[x].x, t = order[x].y;
+      REQUIRE(b >= 0);
+      REQUIRE(b < int(len.size()));
+      REQUIRE(t >= 0);
+      REQUIRE(t < start[b + 1] - start[b]);
+      ++seen[start[b] + t];
+      const int bucket = fa::kPlanThreads - 1 - std::min(t + 1, 9);
+      if (heaviest_first) {
+        CHECK(bucket >= worst);  // the buckets never go back: heaviest first
+        worst = std::max(worst, bucket);
+      } else {
+        CHECK(start[b] + t == int(x));  // packed order: (sequence, tile) ascending
+      }
+    }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == start.back());  // every tile exactly once
+  }
+}
+
+TEST_CASE("harness gpu: the scratch is carved into 256-byte aligned pieces") {
+  double* a = nullptr;
+  int* b = nullptr;
+  float* c = nullptr;
+  size_t used = 0;
+  fa::carve_scratch([&](fa::Carver& cv) {
+    a = cv.take<double>(3);
+    b = cv.take<int>(0);
+    c = cv.take<float>(100);
+    used = cv.used();
+  });
+  CHECK(used == 256 + 0 + 512);
+  REQUIRE(a != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(a) % 256 == 0);
+  CHECK(reinterpret_cast<char*>(b) == reinterpret_cast<char*>(a) + 256);
+  CHECK(reinterpret_cast<char*>(c) == reinterpret_cast<char*>(a) + 256);  // an empty piece takes no room
+  FA_CUDA_CHECK(cudaMemset(c, 0, 100 * sizeof(float)));  // the pieces are device memory
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -81,6 +81,19 @@ TEST_CASE("harness: host buffer guards catch out-of-bounds writes") {
   CHECK_THROWS_WITH_AS(c.check_guards(), doctest::Contains("before lse: byte 2 before the start"), fa::Error);
 }
 
+TEST_CASE("harness: the scratch's pieces are sized 256 bytes at a time, and a grid past 2^31 - 1 blocks is refused") {
+  fa::Carver sizing(nullptr);  // the sizing pass: no memory, only the count
+  CHECK(sizing.take<double>(3) == nullptr);
+  CHECK(sizing.take<int>(0) == nullptr);
+  CHECK(sizing.take<float>(64) == nullptr);
+  CHECK(sizing.used() == 256 + 0 + 256);
+  sizing.take<char>(257);
+  CHECK(sizing.used() == 512 + 512);
+  CHECK(fa::grid_blocks(INT32_MAX, "test") == unsigned(INT32_MAX));
+  CHECK_THROWS_WITH_AS(fa::grid_blocks(int64_t(INT32_MAX) + 1, "lesson 99"), doctest::Contains("lesson 99: the grid needs 2147483648 blocks"),
+                       fa::InvalidArgument);
+}
+
 TEST_CASE("harness: compare names the worst element and counts NaN and inf") {
   const fa::Tolerance tol{1e-3, 1e-3, "test"};
   std::vector<double> want(2 * 3 * 4, 1.0), got = want;

@@ -25,6 +25,33 @@ const DeviceInfo& current_device();
 // per device for the whole process, shared by every caller. It is valid until the next call that
 // asks for more, so a caller carves all it needs from one call and uses it stream-ordered.
 void* device_scratch(size_t bytes);
+// The pieces a call takes of that scratch, each 256-byte aligned. carve_scratch(f) calls f(carver)
+// twice: first to size the pieces (take returns nullptr, and nothing is allocated), then on
+// device_scratch of that size; the pointers f keeps from the second call are the pieces.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <class X>
+  X* take(size_t count) {
+    X* x = base_ == nullptr ? nullptr : reinterpret_cast<X*>(base_ + used_);
+    used_ += (count * sizeof(X) + 255) / 256 * 256;
+    return x;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+template <class F>
+void carve_scratch(F&& f) {
+  Carver sizing(nullptr);
+  f(sizing);
+  Carver carver(static_cast<char*>(device_scratch(sizing.used())));
+  f(carver);
+}
+// A one-dimensional grid of `blocks` blocks, or fa::InvalidArgument naming `what` past 2^31 - 1.
+unsigned grid_blocks(int64_t blocks, const char* what);
 // An 8-byte counter in device memory for the current device and `stream`, allocated at its first
 // use and kept for the process, and zeroed on `stream` (cudaMemsetAsync) at every call: a
 // persistent grid's work counter (lesson 13), correct for any number of streams, as each stream

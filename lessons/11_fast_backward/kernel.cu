@@ -144,50 +144,27 @@ struct DenseRows {
   }
 };
 
-using lesson11::kDqKeys;  // the dQ pass's tiles (tiles.hpp): 64 rows x 64 keys, 4 warps
-using lesson11::kDqWarps;
+using lesson11::kDqWarps;  // the dQ pass's tiles (tiles.hpp): 16 kDqWarps rows
 
+// The scratch (the statistics, the fp32 dQ sums), the grids and the launches (dkdv.cuh).
 template <class T, int kIndex>
 void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   constexpr Config c = kConfigs[kIndex];
-  constexpr int D = c.head_dim;
-  static_assert(lesson11::well_formed(c), "a configuration in tiles.hpp is not well formed");
   using Keys = DenseKeys<c.keys, c.rows>;
   const int bh = p.batch * p.heads_q;
   const int padded = fa::ceil_div(p.seqlen_q, 128) * 128;  // a multiple of every kRows
-  const size_t stats = size_t(bh) * padded;
-  const size_t accum = atomic_dq ? size_t(bh) * p.seqlen_q * D : 0;
-  float* lse2 = static_cast<float*>(fa::device_scratch((2 * stats + accum) * sizeof(float)));
-  float* delta = lse2 + stats;
-  float* dq_accum = delta + stats;
-
+  float *lse2 = nullptr, *delta = nullptr, *dq_accum = nullptr;
+  fa::carve_scratch([&](fa::Carver& cv) {
+    lse2 = cv.take<float>(size_t(bh) * padded);
+    delta = cv.take<float>(size_t(bh) * padded);
+    dq_accum = atomic_dq ? cv.take<float>(size_t(bh) * p.seqlen_q * c.head_dim) : nullptr;
+  });
   constexpr int kPreRows = 64;  // a divisor of padded's 128
-  lesson11::preprocess_kernel<T, D, kPreRows, DenseRows><<<dim3(padded / kPreRows, bh), kPreRows * (D / 8), 0, stream>>>(
-      p, DenseRows::Args{lse2, delta, padded});
-  FA_CHECK_LAUNCH();
-  const dim3 grid(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv);
-  constexpr int smem = lesson11::smem_bytes(c);
-  if (atomic_dq) {
-    FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, accum * sizeof(float), stream));
-    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, Keys>;
-    fa::allow_smem(kernel, smem);
-    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, typename Keys::Args{lse2, delta, dq_accum, padded});
-    FA_CHECK_LAUNCH();
-    const int64_t threads = int64_t(bh) * p.seqlen_q * (D / 8);
-    lesson11::convert_kernel<T, D><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, dq_accum, p.seqlen_q,
-                                                                                                     p.batch);
-    FA_CHECK_LAUNCH();
-  } else {
-    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, Keys>;
-    fa::allow_smem(kernel, smem);
-    kernel<<<grid, lesson11::threads(c), smem, stream>>>(p, typename Keys::Args{lse2, delta, nullptr, padded});
-    FA_CHECK_LAUNCH();
-    constexpr int dq_smem = lesson11::dq_smem_bytes(D);
-    auto dq = lesson11::dq_kernel<T, D, kDqKeys, kDqWarps, DenseRows>;
-    fa::allow_smem(dq, dq_smem);
-    dq<<<dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh), kDqWarps * 32, dq_smem, stream>>>(p, DenseRows::Args{lse2, delta, padded});
-    FA_CHECK_LAUNCH();
-  }
+  const lesson11::Grids grids{dim3(padded / kPreRows, bh), dim3(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv),
+                              dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh)};
+  auto keys = [&](float* dq) { return typename Keys::Args{lse2, delta, dq, padded}; };
+  lesson11::launch_backward<T, kIndex, kPreRows, Keys, DenseRows>(p, grids, {lse2, delta, padded}, keys, dq_accum, p.seqlen_q,
+                                                                  p.batch, stream);
 }
 
 template <class T, int... kIndex>

@@ -1,26 +1,14 @@
-// Lesson 12: grouped-query heads, packed variable-length batches and the log-decay gate, forward
-// and backward. Built on the course's fastest kernels: lesson 08's forward (cp.async ring,
-// swizzled tiles, mma.sync; its tiles.hpp and choice of tiles) and lesson 11's backward (dK/dV
-// per key tile with dQ by fp32 atomics, or the deterministic dQ pass; its tiles.hpp). Added here:
-//   GQA     query head h reads K/V head h / (heads_q / heads_kv); the backward's dK/dV block of a
-//           kv head visits the query tiles of every head of its group (as lesson 11 does);
-//   varlen  sequences packed into (total_tokens, heads, head_dim) with cu_seqlens; tiles never
-//           cross a sequence boundary. plan_kernel builds the tile map on the device, heaviest
-//           tile first (a counting sort by work); the grid is an upper bound, spare blocks exit;
-//   gate    s_ij += G_i - G_j, G = cumsum(g) per sequence and head, computed by scan_kernel in
-//           fp64; the kernels add fp32 differences from a per-tile anchor, never G itself;
-//   dg      dG_t = -(column sum of dS over the query rows that see key t) (the row sums of dS are
-//           0), summed in the dK/dV kernel; dg = the reverse cumsum of dG, by scan_kernel again.
-// The files: sequences.cuh (the sequences, the tile map's plan kernel, the gate's scan, a block's
-// work; TODOs 11-14), forward.cuh (the query tiles lesson 08's kernel runs over; TODOs 15-16),
-// backward.cuh (TODOs 17-21), plan.hpp (the plan's index math, host and device; TODOs 1-3),
-// model.cpp (the CPU model; TODOs 4-10), and this file: the scratch, launches and entry points.
+// Lesson 12: grouped-query heads (GQA), packed variable-length batches (varlen) and the log-decay
+// gate, forward and backward, run by lesson 08's forward and lesson 11's backward kernels (README,
+// "The idea"). The files: sequences.cuh (a sequence's bounds, the tile map's plan, the gate's scan,
+// a block's work; TODOs 11-14), forward.cuh (TODOs 15-16), backward.cuh (TODOs 17-21), plan.hpp
+// (the index math, host and device; TODOs 1-3), model.cpp (the CPU model; TODOs 4-10), and this
+// file: the scratch, the launches and the entry points.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
-// The lesson's variants (fa-bench --variant): natural runs the forward's tiles in packed order
-// instead of heaviest first; pass times the backward's deterministic dQ pass in the default mode.
-#include <climits>
+// The variants (fa-bench --variant): natural runs the forward's tiles in packed order instead of
+// heaviest first; pass times the backward's deterministic dQ pass in the default mode.
 #include <cstdint>
 #include <string>
 
@@ -36,46 +24,23 @@
 namespace {
 
 // ---- Host side ---------------------------------------------------------------------------------
-// The scratch beside the outputs (the maps, G, the backward's statistics, dG, the fp32 dQ sums)
-// is the process's device scratch (fa::device_scratch, README, Caveats), carved into 256-byte
-// aligned pieces.
-struct Carver {
-  char* at;  // nullptr on the sizing pass: then `at` ends as the bytes needed
-  template <class X>
-  X* take(size_t count) {
-    X* x = reinterpret_cast<X*>(at);
-    at += (count * sizeof(X) + 255) / 256 * 256;
-    return x;
-  }
-};
+// The scratch beside the outputs (the maps, G, the backward's statistics, dG, the fp32 dQ sums) is
+// the process's device scratch, carved into pieces (fa::carve_scratch; README, Caveats).
 
-// A tile map: varlen, the plan's outputs and the grid's upper bound of entries; dense, the number
-// of (sequence, tile) entries (the kernels compute them from the block index).
-struct Map {
-  int* tile_start = nullptr;
-  int2* order = nullptr;
-  int* count = nullptr;
-  int64_t entries = 0;
-};
-Map take_map(Carver& c, const fa::AttnParams& p, int tile, bool query_tiles) {
-  Map m;
-  if (!p.is_varlen()) {
-    m.entries = int64_t(fa::ceil_div(query_tiles ? p.seqlen_q : p.seqlen_k, tile)) * p.batch;
-    return m;
-  }
-  // sum over sequences of ceil(len / tile) <= total / tile + batch
-  m.entries = int64_t(query_tiles ? p.total_q : p.total_k) / tile + p.batch;
-  m.tile_start = c.take<int>(p.batch + 1);
-  m.order = c.take<int2>(m.entries);
-  m.count = c.take<int>(1);
+// The tile map of the query (or key) tiles: varlen, planned on the device; dense, none, the
+// kernels computing their (sequence, tile) entries from the block index.
+fa::TileMap take_map(fa::Carver& c, const fa::AttnParams& p, int tile, bool query_tiles) {
+  if (p.is_varlen()) return fa::take_tile_map(c, p.batch, query_tiles ? p.total_q : p.total_k, tile);
+  fa::TileMap m;
+  m.entries = int64_t(fa::ceil_div(query_tiles ? p.seqlen_q : p.seqlen_k, tile)) * p.batch;
   return m;
 }
-void launch_plan(const Map& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles, cudaStream_t stream,
-                 bool heaviest_first = true) {
+void launch_plan(const fa::TileMap& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles,
+                 cudaStream_t stream, bool heaviest_first = true) {
   if (!p.is_varlen()) return;
-  plan_kernel<<<1, kPlanThreads, 0, stream>>>(query_tiles ? p.cu_seqlens_q : p.cu_seqlens_k,
-                                              query_tiles ? p.cu_seqlens_k : p.cu_seqlens_q, p.batch, tile, other_tile,
-                                              p.causal, query_tiles, heaviest_first, m.tile_start, m.order, m.count);
+  plan_kernel<<<1, fa::kPlanThreads, 0, stream>>>(query_tiles ? p.cu_seqlens_q : p.cu_seqlens_k,
+                                                  query_tiles ? p.cu_seqlens_k : p.cu_seqlens_q, p.batch, tile, other_tile,
+                                                  p.causal, query_tiles, heaviest_first, m);
   FA_CHECK_LAUNCH();
 }
 int64_t gate_elements(const fa::AttnParams& p) {
@@ -87,10 +52,7 @@ void launch_scan(const fa::AttnParams& p, const In* in, const In* in2, Out* out,
   scan_kernel<kReverse><<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p, in, in2, out);
   FA_CHECK_LAUNCH();
 }
-unsigned grid_of(int64_t blocks) {
-  if (blocks > INT32_MAX) throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: the grid needs " + std::to_string(blocks) + " blocks, more than 2^31 - 1");
-  return static_cast<unsigned>(blocks);
-}
+unsigned grid_of(int64_t blocks) { return fa::grid_blocks(blocks, "lesson 12_gqa_varlen_gate"); }
 void check_started() {
   lesson08::throw_if_copy_todos_left("12_gqa_varlen_gate (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("12_gqa_varlen_gate (its backward's tiles come from lesson 11's tiles.hpp)", lesson11::kTilesTodosLeft);
@@ -106,15 +68,12 @@ template <class T, int kIndex, bool kGate>
 void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t stream) {
   constexpr lesson08::Config c = lesson08::kConfigs[kIndex];
   static_assert(lesson08::well_formed(c), "a configuration of lesson 08's tiles.hpp is not well formed");
-  auto carve = [&](Carver& cv, double*& G) {
-    G = kGate ? cv.take<double>(gate_elements(p)) : nullptr;
-    return take_map(cv, p, c.rows, true);
-  };
-  Carver sizing{nullptr};
   double* G = nullptr;
-  carve(sizing, G);
-  Carver cv{static_cast<char*>(fa::device_scratch(reinterpret_cast<size_t>(sizing.at)))};
-  const Map map = carve(cv, G);
+  fa::TileMap map;
+  fa::carve_scratch([&](fa::Carver& cv) {
+    G = kGate ? cv.take<double>(gate_elements(p)) : nullptr;
+    map = take_map(cv, p, c.rows, true);
+  });
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
@@ -164,79 +123,48 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   });
 }
 
-using lesson11::kDqKeys;  // the dQ pass's tiles (lesson 11's tiles.hpp): 64 rows x 64 keys
-using lesson11::kDqWarps;
-
-// The backward with lesson 11's configuration kIndex: G, the maps, the statistics, the dK/dV kernel
-// (and dQ by atomics + convert_kernel, or the dQ pass), then dg from dG.
+// The backward with lesson 11's configuration kIndex: G and the maps, then lesson 11's launches
+// (dkdv.cuh's launch_backward: the statistics, the dK/dV kernel, dQ), then dg from dG.
 template <class T, int kIndex, bool kGate>
 void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   constexpr lesson11::Config c = lesson11::kConfigs[kIndex];
-  constexpr int D = c.head_dim;
-  static_assert(lesson11::well_formed(c), "a configuration of lesson 11's tiles.hpp is not well formed");
   constexpr int R = lesson12::kStatRows;
+  static_assert(16 * lesson11::kDqWarps == R, "the dQ pass's query tiles are the statistics' tiles (kStatRows rows)");
   const bool varlen = p.is_varlen();
   // Rows of statistics per head (varlen: every sequence's tiles stacked) or per (batch, head).
   const int64_t stat_stride = varlen ? (int64_t(p.total_q) / R + p.batch) * R : int64_t(fa::ceil_div(p.seqlen_q, R)) * R;
   const int64_t stats = stat_stride * p.heads_q * (varlen ? 1 : p.batch);
-  const int64_t q_rows = varlen ? int64_t(p.heads_q) * p.total_q : int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  struct Pieces {
-    Map qmap, kmap;
-    float *lse2, *delta, *dq_accum, *dG;
-    double* G;
-  } x{};
-  auto carve = [&](Carver& cv) {
-    x.qmap = take_map(cv, p, R, true);
-    x.kmap = take_map(cv, p, c.keys, false);
-    x.lse2 = cv.take<float>(stats);
-    x.delta = cv.take<float>(stats);
-    x.dq_accum = atomic_dq ? cv.take<float>(q_rows * D) : nullptr;
-    x.G = kGate ? cv.take<double>(gate_elements(p)) : nullptr;
-    x.dG = kGate ? cv.take<float>(2 * gate_elements(p)) : nullptr;  // the column terms, then the row terms
-  };
-  Carver sizing{nullptr};
-  carve(sizing);
-  Carver cv{static_cast<char*>(fa::device_scratch(reinterpret_cast<size_t>(sizing.at)))};
-  carve(cv);
-
-  if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, x.G, stream);
-  launch_plan(x.qmap, p, R, kDqKeys, true, stream);
-  launch_plan(x.kmap, p, c.keys, R, false, stream);
-  using Rows = PackedRows<kGate>;
-  const typename Rows::Args rows{x.lse2, x.delta, x.qmap.order, x.qmap.count, x.qmap.tile_start, stat_stride, x.G,
-                                 kGate ? x.dG + gate_elements(p) : nullptr};
-  lesson11::preprocess_kernel<T, D, R, Rows><<<grid_of(x.qmap.entries * p.heads_q), R * (D / 8), 0, stream>>>(
-      p, rows);
-  FA_CHECK_LAUNCH();
-  if constexpr (kGate) FA_CUDA_CHECK(cudaMemsetAsync(x.dG, 0, 2 * gate_elements(p) * sizeof(float), stream));
-  using Keys = PackedKeys<c.keys, c.rows, kGate>;
-  auto keys = [&](float* dq_accum, float* dG_rows) {
-    return typename Keys::Args{x.lse2, x.delta, dq_accum, x.kmap.order, x.kmap.count, x.qmap.tile_start, stat_stride, x.G, x.dG, dG_rows};
-  };
-  constexpr int smem = lesson11::smem_bytes(c);
-  const unsigned kv_blocks = grid_of(x.kmap.entries * p.heads_kv);
-  if (atomic_dq) {
-    FA_CUDA_CHECK(cudaMemsetAsync(x.dq_accum, 0, q_rows * D * sizeof(float), stream));
-    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, Keys>;
-    fa::allow_smem(kernel, smem);
-    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, keys(x.dq_accum, kGate ? x.dG + gate_elements(p) : nullptr));
-    FA_CHECK_LAUNCH();
-    lesson11::convert_kernel<T, D><<<grid_of((q_rows * (D / 8) + 255) / 256), 256, 0, stream>>>(
-        p, x.dq_accum, varlen ? p.total_q : p.seqlen_q, varlen ? 1 : p.batch);
-    FA_CHECK_LAUNCH();
-  } else {
-    auto kernel = lesson11::dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, false, Keys>;
-    fa::allow_smem(kernel, smem);
-    kernel<<<kv_blocks, lesson11::threads(c), smem, stream>>>(p, keys(nullptr, nullptr));
-    FA_CHECK_LAUNCH();
-    constexpr int dq_smem = lesson11::dq_smem_bytes(D);
-    static_assert(16 * kDqWarps == R, "the dQ pass's query tiles are the statistics' tiles (kStatRows rows)");
-    auto dq = lesson11::dq_kernel<T, D, kDqKeys, kDqWarps, Rows>;
-    fa::allow_smem(dq, dq_smem);
-    dq<<<grid_of(x.qmap.entries * p.heads_q), kDqWarps * 32, dq_smem, stream>>>(p, rows);
-    FA_CHECK_LAUNCH();
+  const int64_t per_head = varlen ? p.total_q : p.seqlen_q, batches = varlen ? 1 : p.batch, ge = gate_elements(p);
+  fa::TileMap qmap, kmap;
+  float *lse2 = nullptr, *delta = nullptr, *dq_accum = nullptr, *dG = nullptr;
+  double* G = nullptr;
+  fa::carve_scratch([&](fa::Carver& cv) {
+    qmap = take_map(cv, p, R, true);
+    kmap = take_map(cv, p, c.keys, false);
+    lse2 = cv.take<float>(stats);
+    delta = cv.take<float>(stats);
+    dq_accum = atomic_dq ? cv.take<float>(per_head * batches * p.heads_q * c.head_dim) : nullptr;
+    G = kGate ? cv.take<double>(ge) : nullptr;
+    dG = kGate ? cv.take<float>(2 * ge) : nullptr;  // the column terms, then the row terms
+  });
+  if constexpr (kGate) {
+    launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
+    FA_CUDA_CHECK(cudaMemsetAsync(dG, 0, 2 * ge * sizeof(float), stream));
   }
-  if constexpr (kGate) launch_scan<float, float, true>(p, x.dG, x.dG + gate_elements(p), p.dgate, stream);
+  launch_plan(qmap, p, R, lesson11::kDqKeys, true, stream);
+  launch_plan(kmap, p, c.keys, R, false, stream);
+  using Rows = PackedRows<kGate>;
+  using Keys = PackedKeys<c.keys, c.rows, kGate>;
+  const unsigned q_blocks = grid_of(qmap.entries * p.heads_q);
+  auto keys = [&](float* dq) {
+    return typename Keys::Args{lse2, delta, dq, kmap.order, kmap.count, qmap.tile_start, stat_stride, G, dG,
+                               kGate && dq != nullptr ? dG + ge : nullptr};
+  };
+  lesson11::launch_backward<T, kIndex, R, Keys, Rows>(
+      p, {q_blocks, grid_of(kmap.entries * p.heads_kv), q_blocks},
+      {lse2, delta, qmap.order, qmap.count, qmap.tile_start, stat_stride, G, kGate ? dG + ge : nullptr}, keys, dq_accum,
+      per_head, int(batches), stream);
+  if constexpr (kGate) launch_scan<float, float, true>(p, dG, dG + ge, p.dgate, stream);
 }
 
 constexpr int kBwd64 = lesson11::config_for(64), kBwd128 = lesson11::config_for(128);

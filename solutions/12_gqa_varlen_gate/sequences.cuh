@@ -1,19 +1,16 @@
-// Lesson 12's sequences (dense or packed), the tile map the plan kernel builds on the device, the
-// gate's cumulative sums (scan_kernel), and a block's tiles and work (lesson 08's tile copy, the
-// map's entry of a block): what the forward and the backward kernels share.
-// Part of kernel.cu, which alone includes it (its anonymous namespace is kernel.cu's).
+// Lesson 12's sequences (dense or packed), the tile map's plan, the gate's cumulative sums
+// (scan_kernel) and a block's work: what the forward and the backward kernels share. Part of
+// kernel.cu, which alone includes it (its anonymous namespace is kernel.cu's).
 #pragma once
 
-#include <climits>
 #include <cstdint>
 
-#include "../08_pipelining/load_tile.cuh"
-#include "../08_pipelining/tiles.hpp"
 #include "../11_fast_backward/dkdv.cuh"
 #include "../11_fast_backward/tiles.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
+#include "fa/tile_map.cuh"
 #include "plan.hpp"
 
 namespace {
@@ -23,9 +20,6 @@ namespace {
 const fa::TodoList kSequencesTodosLeft = {
     // @todos-left
 };
-
-using lesson11::tile_offset;  // lesson 08's swizzle (the same function in both tiles.hpp)
-constexpr int kPlanThreads = lesson12::kBuckets;  // the plan scans its buckets one per thread
 
 // ---- Sequences ---------------------------------------------------------------------------------
 // One sequence of the batch as the kernels see it: its lengths and where its rows start. Dense
@@ -73,95 +67,29 @@ using lesson11::fresh;
 using lesson11::fresh_pair;
 
 // ---- The tile map ------------------------------------------------------------------------------
-// One block of kPlanThreads threads: every tile of every sequence (tiles of `tile` rows of the
-// "tiled" side, queries or keys), as (sequence, tile) pairs in `order`, heaviest first:
-//   1. tile_start[b] = the tiles of sequences 0 .. b - 1 (an exclusive prefix sum, in chunks of
-//      kPlanThreads sequences), tile_start[batch] = *count = all tiles;
-//   2. a histogram of the tiles' work buckets (lesson12::bucket_of: bucket 0 the heaviest);
-//   3. its exclusive prefix sum: where each bucket's tiles start in `order`;
-//   4. each tile takes the next place of its bucket (atomicAdd in shared memory).
-// The order within a bucket varies from run to run; no result depends on it (each tile's block
-// computes alone). With heaviest_first false (the variant natural, the forward only: README,
-// question 4) the sorted map is then overwritten in packed order, (sequence, tile) ascending, so
-// both orders cost the same plan.
-__device__ int block_exclusive_scan(int x, int* buf, int* total) {
-  const int tid = threadIdx.x;
-  buf[tid] = x;
-  __syncthreads();
-  for (int off = 1; off < kPlanThreads; off *= 2) {  // Hillis-Steele: log2(1024) steps
-    const int y = tid >= off ? buf[tid - off] : 0;
-    __syncthreads();
-    buf[tid] += y;
-    __syncthreads();
-  }
-  const int inclusive = buf[tid];
-  *total = buf[kPlanThreads - 1];
-  __syncthreads();  // buf is reused by the next call
-  return inclusive - x;
-}
-
-// Tile x of the packed order, (sequence, tile) ascending: its sequence b is the last one with
-// tile_start[b] <= x (a binary search), and it is tile x - tile_start[b] of that sequence.
-__device__ int2 tile_at(const int* tile_start, int batch, int x) {
-  int lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] <= x) lo = mid; else hi = mid - 1;
-  }
-  return make_int2(lo, x - tile_start[lo]);
-}
-
-__global__ void __launch_bounds__(kPlanThreads)
+// The map of every tile of `tile` rows of the "tiled" side (queries or keys) of every sequence,
+// heaviest first (fa/tile_map.cuh sorts them): its work is the tiles of `other_tile` of the other
+// side it meets (lesson12::key_tiles_visited, lesson12::query_tiles_visited), its bucket
+// lesson12::bucket_of. heaviest_first false: packed order (the variant natural: README, question 4).
+static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one bucket a thread");
+__global__ void __launch_bounds__(fa::kPlanThreads)
     plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
-                bool query_tiles, bool heaviest_first, int* tile_start, int2* order, int* count) {
-  __shared__ int buf[kPlanThreads];
-  __shared__ int hist[lesson12::kBuckets];
-  const int tid = threadIdx.x;
-  auto lengths = [&](int b, int& len_q, int& len_k) {
-    const int a = cu_tiled[b + 1] - cu_tiled[b], o = cu_other[b + 1] - cu_other[b];
-    len_q = query_tiles ? a : o;
-    len_k = query_tiles ? o : a;
-  };
-  // TODO(12): the map: steps 1 to 4 above (tile_at finds tile x's sequence). Work of a tile:
-  //   lesson12::key_tiles_visited (query tiles) or lesson12::query_tiles_visited (key tiles), with
-  //   other_tile the other side's tile.
+                bool query_tiles, bool heaviest_first, fa::TileMap m) {
+  // TODO(12): tiles(b), the tiles of sequence b (its length on the tiled side, from cu_tiled), and
+  //   bucket(b, t), the bucket of the work of its tile t (len_q and len_k from cu_tiled, cu_other).
   // BEGIN SOLUTION
-  int carry = 0;  // step 1
-  for (int b0 = 0; b0 < batch; b0 += kPlanThreads) {
-    const int b = b0 + tid;
-    const int n = b < batch ? lesson12::tiles_of(cu_tiled[b + 1] - cu_tiled[b], tile) : 0;
-    int chunk = 0;
-    const int before = block_exclusive_scan(n, buf, &chunk);
-    if (b < batch) tile_start[b] = carry + before;
-    carry += chunk;
-  }
-  const int total = carry;
-  if (tid == 0) tile_start[batch] = *count = total;
-  hist[tid] = 0;
-  __syncthreads();  // tile_start (global) and hist visible to the whole block
-  auto bucket = [&](int2 m) {  // m: (sequence, tile)
-    int len_q, len_k;
-    lengths(m.x, len_q, len_k);
-    const int work = query_tiles ? lesson12::key_tiles_visited(m.y, tile, other_tile, len_q, len_k, causal)
-                                 : lesson12::query_tiles_visited(m.y, tile, other_tile, len_q, len_k, causal);
-    return lesson12::bucket_of(work);
+  auto tiles = [&](int b) { return lesson12::tiles_of(cu_tiled[b + 1] - cu_tiled[b], tile); };
+  auto bucket = [&](int b, int t) {
+    const int a = cu_tiled[b + 1] - cu_tiled[b], o = cu_other[b + 1] - cu_other[b];
+    return lesson12::bucket_of(query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, a, o, causal)
+                                           : lesson12::query_tiles_visited(t, tile, other_tile, o, a, causal));
   };
-  for (int x = tid; x < total; x += kPlanThreads)  // step 2
-    atomicAdd(&hist[bucket(tile_at(tile_start, batch, x))], 1);
-  __syncthreads();
-  int unused = 0;
-  const int place = block_exclusive_scan(hist[tid], buf, &unused);  // step 3
-  hist[tid] = place;
-  __syncthreads();
-  for (int x = tid; x < total; x += kPlanThreads) {  // step 4
-    const int2 m = tile_at(tile_start, batch, x);
-    order[atomicAdd(&hist[bucket(m)], 1)] = m;
-  }
   // END SOLUTION
-  if (!heaviest_first) {  // the variant natural: packed order instead
-    __syncthreads();  // the sorted entries are written, and tile_start is visible to every thread
-    for (int x = tid; x < tile_start[batch]; x += kPlanThreads) order[x] = tile_at(tile_start, batch, x);
-  }
+  // BEGIN SKELETON
+  // auto tiles = [&](int) { return 0; };
+  // auto bucket = [&](int, int) { return 0; };
+  // END SKELETON
+  fa::plan_tiles(batch, tiles, bucket, heaviest_first, m);
 }
 
 // ---- The gate's cumulative sums ----------------------------------------------------------------
@@ -205,9 +133,6 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 // (README, "The 96 bytes", has what it costs). Rounding the pointer up at run time instead makes
 // every tile address a register, which is slower.
 using lesson11::check_tile_alignment;
-
-// Tiles are copied with lesson 08's load_tile (08_pipelining/load_tile.cuh).
-using lesson08::load_tile;
 
 // Which (sequence, tile) entry `e` of a grid is: varlen, entry e of the map (false past its end);
 // dense, sequence e / n_tiles, its tiles heaviest first (causal: the last query tiles, or the
