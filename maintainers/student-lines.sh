@@ -21,10 +21,10 @@
 # a tile (attention.cuh, dkdv.cuh) instead of copies of them, and again (by 15 lines only, lesson
 # 08 growing by 64) when its forward became lesson 08's kernel over its own query tiles, and by
 # 86 when its dK/dV kernel became lesson 11's over its own key tiles. With that its seams are cut
-# (no kernel of lessons 08 and 11 copied); what remains is its own code. They fell again (by 124)
+# (no kernel of lessons 08 and 11 copied); what remains is its own code. They fell again (by 118)
 # when its host side took lesson 11's launches (launch_backward) and the course's scratch pieces
 # (fa::carve_scratch), and its plan kernel the course's tile map (fa/tile_map.cuh, the counting
-# sort later lessons' maps share): the student now writes a sequence's tiles and a tile's work.
+# sort, for any lesson's map): the student now writes a sequence's tiles and a tile's work.
 #
 # usage: maintainers/student-lines.sh        the table, then the checks; exit 1 if a budget is broken
 set -uo pipefail
@@ -35,7 +35,7 @@ limit_lesson=1500
 limit_l12_cu=600
 limit_l13_kernel=400
 # The known debt (see the header): the most it may be.
-debt_l12_cu=778        # lesson 12's skeleton kernel files (.cu and .cuh)
+debt_l12_cu=784        # lesson 12's skeleton kernel files (.cu and .cuh)
 
 # The course headers a file includes, directly or through each other (absolute paths, one a line).
 declare -A seen_in_walk

@@ -1,4 +1,4 @@
-#include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <sstream>

@@ -122,13 +122,21 @@ TEST_CASE("harness gpu: a stream's counter is kept, zeroed at every call, and no
 }
 
 namespace {
-// fa::plan_tiles over sequences of lengths len in tiles of 4 rows; tile t of a sequence has work
-// t + 1 (the later tiles heavier), capped at 9 by its bucket.
-__device__ int plan_bucket(int t) { return fa::kPlanThreads - 1 - min(t + 1, 9); }
-__global__ void plan_test_kernel(const int* len, int batch, bool heaviest_first, fa::TileMap m) {
+// fa::plan_tiles over sequences of lengths len in tiles of 4 rows, with buckets spread over all
+// kPlanThreads and depending on the sequence as well as the tile.
+__host__ __device__ int plan_bucket(int b, int t) { return (37 * b + 101 * t) % fa::kPlanThreads; }
+__global__ void __launch_bounds__(fa::kPlanThreads) plan_test_kernel(const int* len, int batch, bool heaviest_first, fa::TileMap m) {
   auto tiles = [&](int b) { return (len[b] + 3) / 4; };
-  auto bucket = [&](int, int t) { return plan_bucket(t); };
+  auto bucket = [](int b, int t) { return plan_bucket(b, t); };
   fa::plan_tiles(batch, tiles, bucket, heaviest_first, m);
+}
+// Leaves garbage in the shared memory the next kernel may get: the plan must clear what it uses.
+__global__ void __launch_bounds__(fa::kPlanThreads) dirty_shared(int* out) {
+  __shared__ int junk[2 * fa::kPlanThreads];
+  junk[threadIdx.x] = 0x5a5a5a5a + threadIdx.x;
+  junk[threadIdx.x + fa::kPlanThreads] = 77;
+  __syncthreads();
+  out[threadIdx.x] = junk[(threadIdx.x + 1) % fa::kPlanThreads] + junk[threadIdx.x + fa::kPlanThreads];  // kept
 }
 }  // namespace
 
@@ -144,8 +152,16 @@ TEST_CASE("harness gpu: a tile map lists every tile once, heaviest first or in p
     fa::Buffer lens(fa::Memory::kDevice, len.size() * sizeof(int), "len");
     FA_CUDA_CHECK(cudaMemcpy(lens.data(), len.data(), len.size() * sizeof(int), cudaMemcpyHostToDevice));
     fa::TileMap m;
-    fa::carve_scratch([&](fa::Carver& c) { m = fa::take_tile_map(c, int(len.size()), total, 4); });
+    size_t bytes = 0;
+    fa::carve_scratch([&](fa::Carver& c) {
+      m = fa::take_tile_map(c, int(len.size()), total, 4);
+      bytes = c.used();
+    });
     REQUIRE(m.entries >= start.back());
+    FA_CUDA_CHECK(cudaMemset(m.tile_start, 0xff, bytes));  // every piece of the map: nothing left from before
+    fa::Buffer junk(fa::Memory::kDevice, fa::kPlanThreads * sizeof(int), "junk");
+    dirty_shared<<<1, fa::kPlanThreads>>>(static_cast<int*>(junk.data()));
+    FA_CHECK_LAUNCH();
     plan_test_kernel<<<1, fa::kPlanThreads>>>(static_cast<const int*>(lens.data()), int(len.size()), heaviest_first, m);
     FA_CHECK_LAUNCH();
     std::vector<int> tile_start(len.size() + 1), count(1);
@@ -164,10 +180,9 @@ TEST_CASE("harness gpu: a tile map lists every tile once, heaviest first or in p
       REQUIRE(t >= 0);
       REQUIRE(t < start[b + 1] - start[b]);
       ++seen[start[b] + t];
-      const int bucket = fa::kPlanThreads - 1 - std::min(t + 1, 9);
       if (heaviest_first) {
-        CHECK(bucket >= worst);  // the buckets never go back: heaviest first
-        worst = std::max(worst, bucket);
+        CHECK(plan_bucket(b, t) >= worst);  // the buckets never go back: heaviest first
+        worst = std::max(worst, plan_bucket(b, t));
       } else {
         CHECK(start[b] + t == int(x));  // packed order: (sequence, tile) ascending
       }

@@ -69,7 +69,8 @@ __device__ inline int2 tile_at(const int* tile_start, int batch, int x) {
 //   4. each tile takes the next place of its bucket (atomicAdd in shared memory).
 // The order within a bucket varies from run to run; no result may depend on it. With
 // heaviest_first false the sorted map is then overwritten in packed order, (sequence, tile)
-// ascending, so that both orders cost the same plan.
+// ascending, so that both orders cost the same plan. Once per kernel: its shared memory is not
+// fenced off from a second call.
 template <class Tiles, class Bucket>
 __device__ void plan_tiles(int batch, Tiles tiles, Bucket bucket, bool heaviest_first, const TileMap& m) {
   __shared__ int buf[kPlanThreads];

@@ -544,21 +544,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) dq_kernel(const fa::AttnParams
 // The backward with configuration kIndex of tiles.hpp over the sources Keys (the dK/dV kernel's key
 // tiles) and Rows (the query tiles of the preprocess, kPreRows rows, and of the dQ pass): kernel.cu
 // runs it over the dense tensors, lesson 12 over its packed sequences. The preprocess, then the
-// dK/dV kernel with dQ by atomics and convert_kernel (dq_accum not null: the fp32 sums, per_head x
-// batches x heads_q rows of D floats, as convert_kernel reads them) or the dK/dV kernel and the dQ
-// pass. keys(dq_accum) makes the dK/dV kernel's arguments.
+// dK/dV kernel with dQ by atomics and convert_kernel (atomic_dq: into dq_accum, the fp32 sums,
+// per_head x batches x heads_q rows of D floats, as convert_kernel reads them) or the dK/dV kernel
+// and the dQ pass. keys(dq_accum or nullptr) makes the dK/dV kernel's arguments.
 struct Grids {
   dim3 preprocess, dkdv, dq;
 };
 template <class T, int kIndex, int kPreRows, class Keys, class Rows, class MakeKeys>
 void launch_backward(const fa::AttnParams& p, const Grids& grids, const typename Rows::Args& rows, MakeKeys keys,
-                     float* dq_accum, int64_t per_head, int batches, cudaStream_t stream) {
+                     bool atomic_dq, float* dq_accum, int64_t per_head, int batches, cudaStream_t stream) {
   constexpr Config c = kConfigs[kIndex];
   constexpr int D = c.head_dim, smem = smem_bytes(c);
   static_assert(well_formed(c), "a configuration in tiles.hpp is not well formed");
   preprocess_kernel<T, D, kPreRows, Rows><<<grids.preprocess, kPreRows * (D / 8), 0, stream>>>(p, rows);
   FA_CHECK_LAUNCH();
-  if (dq_accum != nullptr) {
+  if (atomic_dq) {
     const int64_t sums = per_head * batches * p.heads_q * D;
     FA_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, sums * sizeof(float), stream));
     auto kernel = dkdv_kernel<T, D, c.keys, c.rows, c.sub, c.warps, true, Keys>;

@@ -163,8 +163,8 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   };
   lesson11::launch_backward<T, kIndex, R, Keys, Rows>(
       p, {q_blocks, grid_of(kmap.entries * p.heads_kv), q_blocks},
-      {lse2, delta, qmap.order, qmap.count, qmap.tile_start, stat_stride, G, kGate ? dG + ge : nullptr}, keys, dq_accum,
-      per_head, int(batches), stream);
+      {lse2, delta, qmap.order, qmap.count, qmap.tile_start, stat_stride, G, kGate ? dG + ge : nullptr}, keys, atomic_dq,
+      dq_accum, per_head, int(batches), stream);
   if constexpr (kGate) launch_scan<float, float, true>(p, dG, dG + ge, p.dgate, stream);
 }
 

@@ -20,7 +20,7 @@ namespace {
 // with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
 const fa::TodoList kSequencesTodosLeft = {
     "TODO(11) in sequences.cuh: varlen: the lengths and first tokens of sequence b from cu_seqlens_q and cu_seqlens_k.",
-    "TODO(12) in sequences.cuh: tiles(b), the tiles of sequence b (its length on the tiled side, from cu_tiled), and",
+    "TODO(12) in sequences.cuh: tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.",
     "TODO(13) in sequences.cuh: the scan over the sequence's len_k positions (backwards when kReverse), in doubles.",
     "TODO(14) in sequences.cuh: varlen: entry e of the map, if e is below its count.",
 };
@@ -66,15 +66,21 @@ using lesson11::fresh_pair;
 
 // ---- The tile map ------------------------------------------------------------------------------
 // The map of every tile of `tile` rows of the "tiled" side (queries or keys) of every sequence,
-// heaviest first (fa/tile_map.cuh sorts them): its work is the tiles of `other_tile` of the other
-// side it meets (lesson12::key_tiles_visited, lesson12::query_tiles_visited), its bucket
-// lesson12::bucket_of. heaviest_first false: packed order (the variant natural: README, question 4).
+// heaviest first (fa/tile_map.cuh sorts them): a tile's work is how many tiles of `other_tile`
+// of the other side it meets, its bucket lesson12::bucket_of of that. heaviest_first false: packed
+// order (the variant natural: README, question 4).
 static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one bucket a thread");
 __global__ void __launch_bounds__(fa::kPlanThreads)
     plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
                 bool query_tiles, bool heaviest_first, fa::TileMap m) {
-  // TODO(12): tiles(b), the tiles of sequence b (its length on the tiled side, from cu_tiled), and
-  //   bucket(b, t), the bucket of the work of its tile t (len_q and len_k from cu_tiled, cu_other).
+  auto lengths = [&](int b, int& len_q, int& len_k) {  // of sequence b
+    const int a = cu_tiled[b + 1] - cu_tiled[b], o = cu_other[b + 1] - cu_other[b];
+    len_q = query_tiles ? a : o;
+    len_k = query_tiles ? o : a;
+  };
+  // TODO(12): tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.
+  //   The work of a tile: lesson12::key_tiles_visited (query tiles) or
+  //   lesson12::query_tiles_visited (key tiles), the other side's tiles of other_tile.
   auto tiles = [&](int) { return 0; };
   auto bucket = [&](int, int) { return 0; };
   fa::plan_tiles(batch, tiles, bucket, heaviest_first, m);

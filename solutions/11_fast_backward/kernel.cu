@@ -143,7 +143,7 @@ struct DenseRows {
   }
 };
 
-using lesson11::kDqWarps;  // the dQ pass's tiles (tiles.hpp): 16 kDqWarps rows
+using lesson11::kDqWarps;  // the dQ pass's tiles (tiles.hpp): 16 x kDqWarps rows
 
 // The scratch (the statistics, the fp32 dQ sums), the grids and the launches (dkdv.cuh).
 template <class T, int kIndex>
@@ -162,8 +162,8 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   const lesson11::Grids grids{dim3(padded / kPreRows, bh), dim3(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv),
                               dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh)};
   auto keys = [&](float* dq) { return typename Keys::Args{lse2, delta, dq, padded}; };
-  lesson11::launch_backward<T, kIndex, kPreRows, Keys, DenseRows>(p, grids, {lse2, delta, padded}, keys, dq_accum, p.seqlen_q,
-                                                                  p.batch, stream);
+  lesson11::launch_backward<T, kIndex, kPreRows, Keys, DenseRows>(p, grids, {lse2, delta, padded}, keys, atomic_dq, dq_accum,
+                                                                  p.seqlen_q, p.batch, stream);
 }
 
 template <class T, int... kIndex>

@@ -68,21 +68,32 @@ using lesson11::fresh_pair;
 
 // ---- The tile map ------------------------------------------------------------------------------
 // The map of every tile of `tile` rows of the "tiled" side (queries or keys) of every sequence,
-// heaviest first (fa/tile_map.cuh sorts them): its work is the tiles of `other_tile` of the other
-// side it meets (lesson12::key_tiles_visited, lesson12::query_tiles_visited), its bucket
-// lesson12::bucket_of. heaviest_first false: packed order (the variant natural: README, question 4).
+// heaviest first (fa/tile_map.cuh sorts them): a tile's work is how many tiles of `other_tile`
+// of the other side it meets, its bucket lesson12::bucket_of of that. heaviest_first false: packed
+// order (the variant natural: README, question 4).
 static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one bucket a thread");
 __global__ void __launch_bounds__(fa::kPlanThreads)
     plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
                 bool query_tiles, bool heaviest_first, fa::TileMap m) {
-  // TODO(12): tiles(b), the tiles of sequence b (its length on the tiled side, from cu_tiled), and
-  //   bucket(b, t), the bucket of the work of its tile t (len_q and len_k from cu_tiled, cu_other).
-  // BEGIN SOLUTION
-  auto tiles = [&](int b) { return lesson12::tiles_of(cu_tiled[b + 1] - cu_tiled[b], tile); };
-  auto bucket = [&](int b, int t) {
+  auto lengths = [&](int b, int& len_q, int& len_k) {  // of sequence b
     const int a = cu_tiled[b + 1] - cu_tiled[b], o = cu_other[b + 1] - cu_other[b];
-    return lesson12::bucket_of(query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, a, o, causal)
-                                           : lesson12::query_tiles_visited(t, tile, other_tile, o, a, causal));
+    len_q = query_tiles ? a : o;
+    len_k = query_tiles ? o : a;
+  };
+  // TODO(12): tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.
+  //   The work of a tile: lesson12::key_tiles_visited (query tiles) or
+  //   lesson12::query_tiles_visited (key tiles), the other side's tiles of other_tile.
+  // BEGIN SOLUTION
+  auto tiles = [&](int b) {
+    int len_q, len_k;
+    lengths(b, len_q, len_k);
+    return lesson12::tiles_of(query_tiles ? len_q : len_k, tile);
+  };
+  auto bucket = [&](int b, int t) {
+    int len_q, len_k;
+    lengths(b, len_q, len_k);
+    return lesson12::bucket_of(query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, len_q, len_k, causal)
+                                           : lesson12::query_tiles_visited(t, tile, other_tile, len_q, len_k, causal));
   };
   // END SOLUTION
   // BEGIN SKELETON
