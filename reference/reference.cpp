@@ -225,37 +225,47 @@ SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::ve
   auto mat = [&](const std::vector<double>& t, int rows) { return Eigen::Map<const Mat>(t.data(), rows, D); };
   const auto q = mat(in.q, lq), k = mat(in.k, lk), v = mat(in.v, lk), dO = mat(dout, lq), O = mat(o, lq);
   const Vec delta = (dO.array() * O.array()).rowwise().sum();
+  const Vec delta_terms = (dO.array() * O.array()).abs().rowwise().sum();
   Vec G = Vec::Zero(lk);  // the gate's G = cumsum(g), as load_head computes it
   if (p.gate) {
     double acc = 0;
     for (int j = 0; j < lk; ++j) G(j) = (acc += in.g[j]);
   }
-  // dS_ij = P_ij (dO_i . v_j - D_i), with P from the saved LSE (0 when masked or LSE = +inf).
-  auto ds = [&](int i, int j, double* prob) {
+  // dS_ij = P_ij (dO_i . v_j - D_i), with P from the saved LSE (0 when masked or LSE = +inf); and
+  // in *cancel, P_ij times the sizes of the two dot products' terms.
+  auto ds = [&](int i, int j, double* prob, double* cancel = nullptr) {
     *prob = 0;
+    if (cancel != nullptr) *cancel = 0;
     if ((p.causal && !visible(i, j, lq, lk)) || std::isinf(lse[i])) return 0.0;
     double s = scale * q.row(i).dot(k.row(j));
     if (p.gate) s += G(i + lk - lq) - G(j);  // visible under the causal mask: i + lk - lq >= j >= 0
     *prob = std::exp(s - lse[i]);
+    if (cancel != nullptr) *cancel = *prob * ((dO.row(i).array() * v.row(j).array()).abs().sum() + delta_terms(i));
     return *prob * (dO.row(i).dot(v.row(j)) - delta(i));
   };
   SampledGradients g;
   for (int i : q_rows) {
-    Vec acc = Vec::Zero(D);
-    double prob;
-    for (int j = 0; j < lk; ++j) acc += ds(i, j, &prob) * k.row(j).transpose();
+    Vec acc = Vec::Zero(D), cq = Vec::Zero(D);
+    double prob, cancel;
+    for (int j = 0; j < lk; ++j) {
+      acc += ds(i, j, &prob, &cancel) * k.row(j).transpose();
+      cq += cancel * k.row(j).transpose().cwiseAbs();
+    }
     for (int d = 0; d < D; ++d) g.dq.push_back(scale * acc(d));
+    for (int d = 0; d < D; ++d) g.dq_cancel.push_back(scale * cq(d));
   }
   for (int j : k_rows) {
-    Vec ak = Vec::Zero(D), av = Vec::Zero(D);
+    Vec ak = Vec::Zero(D), av = Vec::Zero(D), ck = Vec::Zero(D);
     for (int i = 0; i < lq; ++i) {
-      double prob;
-      const double s = ds(i, j, &prob);
+      double prob, cancel;
+      const double s = ds(i, j, &prob, &cancel);
       ak += s * q.row(i).transpose();
       av += prob * dO.row(i).transpose();
+      ck += cancel * q.row(i).transpose().cwiseAbs();
     }
     for (int d = 0; d < D; ++d) g.dk.push_back(scale * ak(d));
     for (int d = 0; d < D; ++d) g.dv.push_back(av(d));
+    for (int d = 0; d < D; ++d) g.dk_cancel.push_back(scale * ck(d));
   }
   if (dg_last > 0) {
     // dG_t = rowsum(dS of the query at key position t) - colsum(dS of key t), dg_t = sum of dG_t'

@@ -53,6 +53,9 @@ Gradients backward(const Problem& p, const Inputs& in, const std::vector<double>
 // holds, for each position, the sum of |dS_ij| over the terms dg sums.
 struct SampledGradients {
   std::vector<double> dq, dk, dv;
+  // What dq and dk's fp32 rounding inside dS_ij = P_ij (dP_ij - D_i) is relative to: per element,
+  // scale sum_j P_ij (sum_d |dO_id v_jd| + sum_d |dO_id O_id|) |k_jd| (dk: |q_id|, summed over i).
+  std::vector<double> dq_cancel, dk_cancel;
   std::vector<double> dg, dg_terms;  // with the gate: dg_last positions each
 };
 SampledGradients backward_rows(const Problem& p, const Inputs& in, const std::vector<double>& dout,

@@ -214,6 +214,34 @@ TEST_CASE("harness: the shared reference comparisons pass the reference's own an
   }
 }
 
+TEST_CASE("harness: a one-token causal sequence's gradients (dS = 0 exactly) allow the fp32 rounding that cancels in dS") {
+  // Row 0 sees key 0 alone: P = 1, dP = D, so dQ and dK are 0, and max|want| is 0. A kernel's dP
+  // and D are fp32 dot products in different orders: its dQ and dK are rounding-sized, not 0.
+  fa::Problem one;
+  one.head_dim = 128;
+  one.seqlen_q = one.seqlen_k = 1;
+  one.causal = true;
+  fa::Rng rng(11);
+  auto randn = [&](size_t n) {
+    std::vector<double> x(n);
+    for (double& e : x) e = rng.normal();
+    return x;
+  };
+  const fa::ref::Inputs in{randn(128), randn(128), randn(128), {}};
+  const fa::ref::Forward f = fa::ref::forward(one, in);
+  const fa::ref::SampledGradients want = fa::ref::backward_rows(one, in, randn(128), f.o, f.lse, {0}, {0});
+  for (double x : want.dq) REQUIRE(std::fabs(x) < 1e-12);
+  double err = 0;
+  fa::ref::SampledGradients got = want;
+  got.dq[3] = got.dk[7] = 2.98e-7;  // what an H200 gave for such a sequence
+  CHECK(fa::test::compare_sampled_gradients(one, got, want, 1, 1, &err).empty());
+  got.dq[3] = 1e-3;  // far past any rounding
+  CHECK(fa::test::compare_sampled_gradients(one, got, want, 1, 1, &err).find("dQ MISMATCH") != std::string::npos);
+  got.dq[3] = 0;
+  got.dk[7] = -1e-3;
+  CHECK(fa::test::compare_sampled_gradients(one, got, want, 1, 1, &err).find("dK MISMATCH") != std::string::npos);
+}
+
 TEST_CASE("harness: validation rejects bad input before any launch") {
   const fa::LessonInfo lesson = fake_lesson();
   g_launches = 0;

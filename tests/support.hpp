@@ -118,8 +118,9 @@ ForwardCheck compare_forward(const Problem& prob, const ref::Inputs& in, const s
 // The gradients at sampled rows of one head of a dense problem `one` (fa-bench's check of a large
 // backward, where the suites' naive computation would not fit): got against want
 // (ref::backward_rows; dK and dV summed over the query heads of the group), dQ, dK and dV each
-// within gradient_tolerance(dtype, its largest |want|), dg at the last got.dg.size() key positions
-// within 4u of the sum of its terms' sizes (it cancels). "" when they match, else the reports.
+// within gradient_tolerance(dtype, its largest |want|) (dQ and dK, or the fp32 rounding that cancels
+// in dS, if more: sampled.cpp), dg at the last got.dg.size() key positions within 4u of the sum of
+// its terms' sizes (it cancels). "" when they match, else the reports.
 std::string compare_sampled_gradients(const Problem& one, const ref::SampledGradients& got, const ref::SampledGradients& want,
                                       int q_rows, int k_rows, double* max_abs_err);
 

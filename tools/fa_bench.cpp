@@ -393,12 +393,15 @@ std::string validate_backward_head(const fa::Problem& problem, const fa::AttnPar
         prob, in, seq_values(p, x.dout, p.heads_q, s, h2), seq_values(p, x.o, p.heads_q, s, h2),
         device_floats(static_cast<const float*>(x.lse.data()), row_index(p, s, h2), len), mine ? qrows : std::vector<int>{}, krows,
         mine ? dg_last : 0);
+    want.dk_cancel.resize(one.dk_cancel.size());
     for (size_t e = 0; e < one.dk.size(); ++e) {
       want.dk[e] += one.dk[e];
       want.dv[e] += one.dv[e];
+      want.dk_cancel[e] += one.dk_cancel[e];
     }
     if (mine) {
       want.dq = one.dq;
+      want.dq_cancel = one.dq_cancel;
       want.dg = one.dg;
       want.dg_terms = one.dg_terms;
     }
