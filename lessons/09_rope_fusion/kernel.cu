@@ -171,8 +171,7 @@ void rotate_then_attend(const fa::AttnParams& p, int index, cudaStream_t stream)
   const int64_t tasks = (q_elems + k_elems) / 16;  // one per pair of 8-value chunks
   constexpr int kThreads = 256;
   const int64_t blocks = (tasks + kThreads - 1) / kThreads;
-  if (blocks > INT32_MAX) throw fa::InvalidArgument("lesson 09_rope_fusion: too many rows for one rotation launch");
-  rope_kernel<T, D><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, q_rot, k_rot);
+  rope_kernel<T, D><<<fa::grid_blocks(blocks, "lesson 09_rope_fusion's rotation"), kThreads, 0, stream>>>(p, q_rot, k_rot);
   FA_CHECK_LAUNCH();
   fa::AttnParams r = p;
   r.q = q_rot;

@@ -75,6 +75,7 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
     G = kGate ? cv.take<double>(gate_elements(p)) : nullptr;
     map = take_map(cv, p, c.rows, true);
   });
+  const unsigned blocks = grid_of(map.entries * p.heads_q);  // checked before anything is launched
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   constexpr int smem = lesson08::smem_bytes(c);
@@ -82,7 +83,7 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks,
                                            lesson08::PlainLoads, Tiles>;
   fa::allow_smem(kernel, smem);
-  kernel<<<grid_of(map.entries * p.heads_q), c.warps * 32, smem, stream>>>(p, typename Tiles::Args{map.order, map.count, G, heaviest_first});
+  kernel<<<blocks, c.warps * 32, smem, stream>>>(p, typename Tiles::Args{map.order, map.count, G, heaviest_first});
   FA_CHECK_LAUNCH();
 }
 
@@ -92,8 +93,7 @@ constexpr int kFwd64Small = lesson08::config_for(86, 64), kFwd128Small = lesson0
 
 // With the gate, the sm_90 configurations' S tile does not fit beside the gate's registers
 // (ptxas spills): the gated kernel takes lesson 08's configurations with half as many keys a step.
-using lesson12::kFwdGate64;  // plan.hpp
-using lesson12::kFwdGate128;
+using lesson12::kFwdGate64, lesson12::kFwdGate128;  // plan.hpp
 static_assert(lesson08::kConfigs[kFwdGate64].head_dim == 64 && lesson08::kConfigs[kFwdGate128].head_dim == 128 &&
                   lesson08::kConfigs[kFwdGate64].sub * 2 == lesson08::kConfigs[kFwd64].sub &&
                   lesson08::kConfigs[kFwdGate128].sub * 2 == lesson08::kConfigs[kFwd128].sub,
@@ -148,6 +148,7 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
     G = kGate ? cv.take<double>(ge) : nullptr;
     dG = kGate ? cv.take<float>(2 * ge) : nullptr;  // the column terms, then the row terms
   });
+  const unsigned q_blocks = grid_of(qmap.entries * p.heads_q), k_blocks = grid_of(kmap.entries * p.heads_kv);  // before any launch
   if constexpr (kGate) {
     launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(dG, 0, 2 * ge * sizeof(float), stream));
@@ -156,13 +157,12 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   launch_plan(kmap, p, c.keys, R, false, stream);
   using Rows = PackedRows<kGate>;
   using Keys = PackedKeys<c.keys, c.rows, kGate>;
-  const unsigned q_blocks = grid_of(qmap.entries * p.heads_q);
   auto keys = [&](float* dq) {
     return typename Keys::Args{lse2, delta, dq, kmap.order, kmap.count, qmap.tile_start, stat_stride, G, dG,
                                kGate && dq != nullptr ? dG + ge : nullptr};
   };
   lesson11::launch_backward<T, kIndex, R, Keys, Rows>(
-      p, {q_blocks, grid_of(kmap.entries * p.heads_kv), q_blocks},
+      p, {q_blocks, k_blocks, q_blocks},
       {lse2, delta, qmap.order, qmap.count, qmap.tile_start, stat_stride, G, kGate ? dG + ge : nullptr}, keys, atomic_dq,
       dq_accum, per_head, int(batches), stream);
   if constexpr (kGate) launch_scan<float, float, true>(p, dG, dG + ge, p.dgate, stream);

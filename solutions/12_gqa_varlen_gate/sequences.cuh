@@ -84,11 +84,7 @@ __global__ void __launch_bounds__(fa::kPlanThreads)
   //   The work of a tile: lesson12::key_tiles_visited (query tiles) or
   //   lesson12::query_tiles_visited (key tiles), the other side's tiles of other_tile.
   // BEGIN SOLUTION
-  auto tiles = [&](int b) {
-    int len_q, len_k;
-    lengths(b, len_q, len_k);
-    return lesson12::tiles_of(query_tiles ? len_q : len_k, tile);
-  };
+  auto tiles = [&](int b) { return lesson12::tiles_of(cu_tiled[b + 1] - cu_tiled[b], tile); };
   auto bucket = [&](int b, int t) {
     int len_q, len_k;
     lengths(b, len_q, len_k);
