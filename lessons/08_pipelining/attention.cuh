@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "fa/cuda_check.hpp"
 #include "fa/device.cuh"
 #include "fa/mma.cuh"
 #include "fa/params.hpp"
@@ -326,6 +327,23 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
 
   store_o(o, m, l, tl.o(p), p.o_stride.row, tl.lse(p), [&] { return tl.q0() + warp * kWarpRows; }, tl.len_q(p), sl2,
           lane);
+}
+
+// Launches configuration kIndex of tiles.hpp (lessons 08, 09 and 12 run it so): the opt-in to
+// more than 48 KB of shared memory, once per kernel, then the grid.
+template <class T, int kIndex, class Loads = PlainLoads, class Tiles = DenseTiles>
+void launch(const fa::AttnParams& p, dim3 grid, const typename Tiles::Args& a, cudaStream_t stream) {
+  constexpr Config c = kConfigs[kIndex];
+  static_assert(well_formed(c), "a configuration in tiles.hpp is not well formed");
+  constexpr int smem = smem_bytes(c);
+  auto kernel = pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, Loads, Tiles>;
+  static bool configured = false;
+  if (!configured) {
+    fa::allow_smem(kernel, smem);
+    configured = true;
+  }
+  kernel<<<grid, c.warps * 32, smem, stream>>>(p, a);
+  FA_CHECK_LAUNCH();
 }
 
 }  // namespace lesson08

@@ -9,9 +9,9 @@
 //      from shared memory feeds two mma instead of one; Q stays in shared memory (registers are
 //      needed for the two accumulators) and is re-read with ldmatrix;
 //   4. the tile shape per head dim was chosen by measurement (README, "Choosing the tiles").
-// The kernel is in attention.cuh (TODOs 3-4; lesson 09 runs it too), its tile copy in load_tile.cuh
-// (TODO 2; lessons 11 and 12 copy with it too); this file launches it, one instantiation per
-// configuration of tiles.hpp.
+// The kernel and its launch are in attention.cuh (TODOs 3-4; lessons 09 and 12 run it too), its
+// tile copy in load_tile.cuh (TODO 2; lessons 11 and 12 copy with it too); this file runs it, one
+// instantiation per configuration of tiles.hpp.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson08
 //   lessons/08_pipelining/profile.sh
@@ -24,23 +24,12 @@
 
 namespace {
 
-using lesson08::Config;
 using lesson08::kConfigs;
 
 template <class T, int kIndex>
 void launch_config(const fa::AttnParams& p, cudaStream_t stream) {
-  constexpr Config c = kConfigs[kIndex];
-  static_assert(lesson08::well_formed(c), "a configuration in tiles.hpp is not well formed");
-  constexpr int smem = lesson08::smem_bytes(c);
-  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks>;
-  static bool configured = false;  // the opt-in above 48 KB, once per kernel
-  if (!configured) {
-    fa::allow_smem(kernel, smem);
-    configured = true;
-  }
-  const dim3 grid(fa::ceil_div(p.seqlen_q, c.rows), p.batch * p.heads_q);
-  kernel<<<grid, c.warps * 32, smem, stream>>>(p, {});
-  FA_CHECK_LAUNCH();
+  const dim3 grid(fa::ceil_div(p.seqlen_q, kConfigs[kIndex].rows), p.batch * p.heads_q);
+  lesson08::launch<T, kIndex>(p, grid, {}, stream);
 }
 
 template <class T, int... kIndex>

@@ -68,7 +68,6 @@ void check_started() {
 template <class T, int kIndex, bool kGate>
 void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t stream) {
   constexpr lesson08::Config c = lesson08::kConfigs[kIndex];
-  static_assert(lesson08::well_formed(c), "a configuration of lesson 08's tiles.hpp is not well formed");
   double* G = nullptr;
   fa::TileMap map;
   fa::carve_scratch([&](fa::Carver& cv) {
@@ -78,13 +77,8 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   const unsigned blocks = grid_of(map.entries * p.heads_q);  // checked before anything is launched
   if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
   launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
-  constexpr int smem = lesson08::smem_bytes(c);
-  using Tiles = PackedTiles<kGate>;
-  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks,
-                                           lesson08::PlainLoads, Tiles>;
-  fa::allow_smem(kernel, smem);
-  kernel<<<blocks, c.warps * 32, smem, stream>>>(p, typename Tiles::Args{map.order, map.count, G, heaviest_first});
-  FA_CHECK_LAUNCH();
+  const typename PackedTiles<kGate>::Args args{map.order, map.count, G, heaviest_first};
+  lesson08::launch<T, kIndex, lesson08::PlainLoads, PackedTiles<kGate>>(p, blocks, args, stream);
 }
 
 // The configurations lesson 08 chooses (sm_90 and sm_8x), the only ones compiled here.

@@ -25,7 +25,6 @@
 
 namespace {
 
-using lesson08::Config;
 using lesson08::kConfigs;
 using lesson08::tile_offset;
 using lesson09::pair_task;
@@ -206,19 +205,9 @@ struct FusedLoads {
 
 template <class T, int kIndex, bool kRope>
 void launch_attention(const fa::AttnParams& p, cudaStream_t stream) {
-  constexpr Config c = kConfigs[kIndex];
-  static_assert(lesson08::well_formed(c), "a configuration in tiles.hpp is not well formed");
-  constexpr int smem = lesson08::smem_bytes(c);
   using Loads = std::conditional_t<kRope, FusedLoads, lesson08::PlainLoads>;
-  auto kernel = lesson08::pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, Loads>;
-  static bool configured = false;  // the opt-in above 48 KB, once per kernel
-  if (!configured) {
-    fa::allow_smem(kernel, smem);
-    configured = true;
-  }
-  const dim3 grid(fa::ceil_div(p.seqlen_q, c.rows), p.batch * p.heads_q);
-  kernel<<<grid, c.warps * 32, smem, stream>>>(p, {});
-  FA_CHECK_LAUNCH();
+  const dim3 grid(fa::ceil_div(p.seqlen_q, kConfigs[kIndex].rows), p.batch * p.heads_q);
+  lesson08::launch<T, kIndex, Loads>(p, grid, {}, stream);
 }
 
 template <class T, bool kRope, int... kIndex>
