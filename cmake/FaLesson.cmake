@@ -22,7 +22,8 @@
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
 #   TILE_COUNTS    the lesson skips work: a test build counts the tiles each work tile visits in
-#                  that direction, and tests/tile_counts_test.cpp checks them (label lessonNN.tiles)
+#                  that direction, and tests/tile_counts_test.cpp checks them (label lessonNN.tiles);
+#                  with varlen, forward, also on a packed batch, its map's tiles heaviest first
 #   ARCH           a CUDA architecture the lesson needs (e.g. 90a): the lesson is built for it
 #                  alone, when the course chose the architectures (unless the GPU present is
 #                  another) or the user's list has it; otherwise it is skipped, with a message
@@ -329,14 +330,23 @@ function(fa_add_lesson nn name)
       message(FATAL_ERROR "lesson ${id}: TILE_COUNTS takes forward or backward, not ${L_TILE_COUNTS}")
     endif()
     string(TOUPPER ${L_TILE_COUNTS} direction)
+    # A lesson of packed batches also has its forward's packed case (its map's tiles, heaviest first).
+    set(cases_regex "^tiles: the ${L_TILE_COUNTS} ")
+    set(packed_define "")
+    if("varlen" IN_LIST L_SUPPORTS AND L_TILE_COUNTS STREQUAL "forward")
+      set(cases_regex "^tiles: (a packed batch: )?the forward ")
+      set(packed_define FA_TILES_PACKED=1)
+      set_property(GLOBAL PROPERTY FA_LESSON_PACKED_TILES_${nn} TRUE)  # and its tile-count mutants
+    endif()
     add_library(${label}_counted STATIC ${srcs})
     target_link_libraries(${label}_counted PUBLIC fa_runtime PRIVATE Eigen3::Eigen)
     target_include_directories(${label}_counted PUBLIC ${dir} PRIVATE ${FA_LESSONS_DIR})
     target_compile_definitions(${label}_counted PRIVATE FA_COUNT_TILES)
     fa_lesson_binding_defines(binding_defines fa_lesson_${nn} ${nn})
-    fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles CASES_REGEX "^tiles: the ${L_TILE_COUNTS} "
+    fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles CASES_REGEX "${cases_regex}"
                    SOURCES ${PROJECT_SOURCE_DIR}/tests/tile_counts_test.cpp ${binding}
-                   LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} FA_TILES_${direction}=1)
+                   LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} FA_TILES_${direction}=1
+                   ${packed_define})
     list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
     if(arch_override)
       set(one_arch ${arch_override})
@@ -534,6 +544,10 @@ function(fa_add_patch_mutants)
     if(extra_tests STREQUAL "tile_counts_test.cpp")  # the test build that counts tiles, in the suite's direction
       string(TOUPPER ${suite} direction)
       target_compile_definitions(mutants_${name} PRIVATE FA_COUNT_TILES FA_TILES_${direction}=1)
+      get_property(packed GLOBAL PROPERTY FA_LESSON_PACKED_TILES_${nn})
+      if(packed)
+        target_compile_definitions(mutants_${name} PRIVATE FA_TILES_PACKED=1)
+      endif()
     endif()
     if(kind STREQUAL "gpu")
       fa_gpu_only_build(${arch} mutants_${name})

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <utility>
+#include <vector>
 
 #include "check.hpp"
 
@@ -35,6 +36,28 @@ void run(fa::test::Direction dir) {
 
 #if FA_TILES_FORWARD
 TEST_CASE("tiles: the forward visits exactly the key tiles its rows see") { run(fa::test::Direction::kForward); }
+#endif
+#if FA_TILES_FORWARD && FA_TILES_PACKED
+// A packed batch (a lesson with varlen): its query tiles come from a map, and they must also come
+// heaviest first (only this test sees a map in packed order: the output is right, the kernel slower).
+// Sequences of every kind of work, one empty; keys as many as queries, and not.
+TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its rows see, heaviest first") {
+  const fa::LessonInfo& lesson = fa::test::lesson_under_test();
+  const fa::test::Requirements& req = fa::test::required();
+  for (int d : req.head_dims)
+    for (bool causal : {false, true})
+      for (bool same : {true, false}) {
+        fa::test::Case c;
+        const std::vector<int> q = {300, 0, 1000, 17, 640, 129, 64};
+        c.set_lengths(q, same ? q : std::vector<int>{400, 5, 900, 17, 700, 1, 1000});
+        c.head_dim = d;
+        c.causal = causal;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.variant = lesson.variants.empty() ? "" : lesson.variants[0].name;  // the default order, whatever FA_TEST_VARIANT says
+        FA_CHECK_OUTCOME(fa::test::check_tile_counts(lesson, c, fa::test::Direction::kForward));
+      }
+}
 #endif
 #if FA_TILES_BACKWARD
 TEST_CASE("tiles: the backward visits exactly the query tiles that see its keys") { run(fa::test::Direction::kBackward); }

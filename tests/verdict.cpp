@@ -2,6 +2,7 @@
 // failure), determinism, the clear rejections, and the tiles a work tile visits.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
@@ -23,6 +24,67 @@ std::vector<double> heads_first(const Case& c, const std::vector<double>& o) {
     for (int h = 0; h < heads; ++h)
       for (int x = 0; x < d; ++x) out[(size_t(h) * total + t) * d + x] = o[(size_t(t) * heads + h) * d + x];
   return out;
+}
+
+// The key tiles of `keys` that query rows first .. first + rows - 1 of a sequence of len_q
+// queries and len_k keys see (lesson 06's bounds).
+int key_tiles_seen(bool causal, int first, int rows, int len_q, int len_k, int keys) {
+  const int last = std::min(first + rows, len_q) - 1;
+  const int k_end = first >= len_q ? 0 : causal ? std::min(len_k, last + len_k - len_q + 1) : len_k;
+  return k_end > 0 ? (k_end + keys - 1) / keys : 0;
+}
+
+// A packed batch's forward (lesson 12): block x of head h takes entry x of the tile map, so the
+// records, in order, are the map's tiles head after head. Each head's must be every (sequence,
+// query tile) of the batch, each visiting exactly the key tiles its rows see, heaviest first: in
+// the order of the map, no record visits more tiles than the one before it.
+Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t records) {
+  std::vector<int> got;
+  int rows = 0, keys = 0;
+  for (int64_t w = 0; w < records; ++w) {
+    const int* x = &rec[size_t(w) * kTileRecord];
+    if (x[2] <= 0) continue;
+    got.push_back(x[0]);
+    rows = x[2];
+    keys = x[3];
+  }
+  if (got.empty())
+    return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
+                   "and does it call fa::tile_count_begin?");
+  std::vector<int> want;  // one head's tiles, heaviest first
+  for (int b = 0; b < c.sequences(); ++b)
+    for (int q0 = 0; q0 < c.len_q(b); q0 += rows) want.push_back(key_tiles_seen(c.causal, q0, rows, c.len_q(b), c.len_k(b), keys));
+  std::sort(want.rbegin(), want.rend());
+  const size_t n = want.size();
+  const auto sum = [](const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); };
+  const std::string tiles = " tiles of " + std::to_string(rows) + " rows";
+  if (got.size() != n * c.heads_q)
+    return fail(c, "MISMATCH: " + std::to_string(got.size()) + " work tiles recorded their tiles; the batch has " +
+                       std::to_string(n) + tiles + " a head, " + std::to_string(n * c.heads_q) + " in all");
+  for (int h = 0; h < c.heads_q; ++h) {
+    std::vector<int> head(got.begin() + h * n, got.begin() + (h + 1) * n);
+    if (head == want) continue;
+    std::vector<int> sorted = head;
+    std::sort(sorted.rbegin(), sorted.rend());
+    if (sorted != want) {
+      std::string text = "MISMATCH: head " + std::to_string(h) + "'s" + tiles + " visited " + std::to_string(sum(head)) +
+                         " key tiles of " + std::to_string(keys) + "; the ones their rows see are " + std::to_string(sum(want));
+      if (sum(head) > sum(want))
+        text += format_hints({{"extra-tiles", "the output can be right and the kernel still slow: it visits tiles that hold no "
+                                              "pair its rows see; stop at the last key of the tile's last row in its own sequence"}});
+      return fail(c, text);
+    }
+    size_t at = 1;
+    while (head[at] <= head[at - 1]) ++at;
+    return fail(c, "MISMATCH: head " + std::to_string(h) + "'s tiles visit the key tiles their rows see, but not heaviest first: " +
+                       "map entry " + std::to_string(at) + " visits " + std::to_string(head[at]) + " key tiles, the one before it " +
+                       std::to_string(head[at - 1]) +
+                       format_hints({{"not-heaviest-first", "the output is right and the kernel slower: the last blocks to start "
+                                                            "should be the lightest, so that none of them ends long after the "
+                                                            "others; the plan sorts the tiles by the key tiles each visits"}}));
+  }
+  return {true, false, c.describe() + ": " + std::to_string(got.size()) + " work tiles visited exactly the " +
+                           std::to_string(sum(want) * c.heads_q) + " tiles their rows see, heaviest first"};
 }
 
 }  // namespace
@@ -147,8 +209,12 @@ Outcome check_feature_rejected(const LessonInfo& lesson, const Case& c, const st
 Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir) {
   return guarded(c, [&]() -> Outcome {
     const Inputs in = make_inputs(c, seed_for(c.describe()));
+    if (c.varlen() && dir != Direction::kForward) return fail(c, "test error: a packed batch's tile counts are the forward's");
     Run r = dir == Direction::kForward ? prepare(lesson, c, in) : prepare_backward(lesson, c, in, BackwardInputs(c, in));
-    const int64_t records = (int64_t(std::max(c.seqlen_q, c.seqlen_k)) / 16 + 2) * c.batch * c.heads_q;
+    // A packed batch's grid is its map's bound (total / tile + batch entries, tiles of 16 rows at
+    // least) for each head.
+    const int64_t records = c.varlen() ? (int64_t(c.total_q()) / 16 + c.batch + 2) * c.heads_q
+                                       : (int64_t(std::max(c.seqlen_q, c.seqlen_k)) / 16 + 2) * c.batch * c.heads_q;
     Buffer counts(lesson.memory, size_t(records) * kTileRecord * 4, "tile_counts");
     const std::vector<int> zeros(size_t(records) * kTileRecord, 0);
     counts.upload(zeros.data(), counts.bytes());
@@ -156,6 +222,7 @@ Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir
     execute(lesson, r, dir);
     counts.check_guards();
     const std::vector<int> rec = counts.to_host<int>();
+    if (c.varlen()) return packed_tile_counts(c, rec, records);
     const int sq = c.seqlen_q, sk = c.seqlen_k, off = sk - sq, group = c.heads_q / c.heads_kv;
     int64_t written = 0, visited = 0, needed = 0;
     std::string first_bad;
@@ -168,9 +235,7 @@ Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir
       if (tile <= 0) return fail(c, "test error: tile record " + std::to_string(w) + " has tile size " + std::to_string(tile));
       int want = 0;
       if (!keys_owned) {  // rows first .. first + length - 1 visit key tiles of `tile` keys
-        const int last = std::min(first + length, sq) - 1;
-        const int k_end = first >= sq ? 0 : c.causal ? std::min(sk, last + off + 1) : sk;
-        want = k_end > 0 ? (k_end + tile - 1) / tile : 0;
+        want = key_tiles_seen(c.causal, first, length, sq, sk, tile);
       } else {  // keys first .. first + length - 1 visit query tiles of `tile` rows, for each head of the group
         const int q_first = c.causal ? std::max(0, first - off) : 0, n_qtiles = (sq + tile - 1) / tile;
         want = first >= sk || q_first >= sq ? 0 : (n_qtiles - q_first / tile) * group;
