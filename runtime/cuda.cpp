@@ -1,8 +1,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "fa/cuda_check.hpp"
@@ -61,6 +63,17 @@ void* device_scratch(size_t bytes) {
     s.bytes = bytes;
   }
   return s.ptr;
+}
+
+void allow_smem_of(const void* kernel, int bytes) {
+  static std::mutex mutex;
+  static std::set<std::tuple<int, const void*, int>> allowed;  // (device, kernel, bytes), once each
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.count({dev, kernel, bytes}) != 0) return;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  allowed.insert({dev, kernel, bytes});  // only once it succeeded: a refusal is thrown at every call
 }
 
 unsigned grid_blocks(int64_t blocks, const char* what) {

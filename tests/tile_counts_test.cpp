@@ -40,7 +40,7 @@ TEST_CASE("tiles: the forward visits exactly the key tiles its rows see") { run(
 #if FA_TILES_FORWARD && FA_TILES_PACKED
 // A packed batch (a lesson with varlen): its query tiles come from a map, and they must also come
 // heaviest first (only this test sees a map in packed order: the output is right, the kernel slower).
-// Sequences of every kind of work, one empty; keys as many as queries, and not.
+// Sequences of every kind of work, one empty; keys as many as queries, and not (then one without keys).
 TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its rows see, heaviest first") {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   const fa::test::Requirements& req = fa::test::required();
@@ -48,8 +48,8 @@ TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its r
     for (bool causal : {false, true})
       for (bool same : {true, false}) {
         fa::test::Case c;
-        const std::vector<int> q = {300, 0, 1000, 17, 640, 129, 64};
-        c.set_lengths(q, same ? q : std::vector<int>{400, 5, 900, 17, 700, 1, 1000});
+        const std::vector<int> q = {300, 0, 1000, 17, 640, 129, 64, 33};
+        c.set_lengths(q, same ? q : std::vector<int>{400, 5, 900, 17, 700, 1, 1000, 0});
         c.head_dim = d;
         c.causal = causal;
         c.heads_q = 4;

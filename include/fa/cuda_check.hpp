@@ -59,9 +59,11 @@ unsigned grid_blocks(int64_t blocks, const char* what);
 // cudaFreeAsync) made lesson 13 slower and its speed vary from process to process (its README,
 // "The tile counter").
 unsigned long long* zeroed_counter(cudaStream_t stream);
-// Lets `kernel` take `bytes` of dynamic shared memory (above 48 KB a kernel must opt in), or throws.
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device (above 48 KB a kernel
+// must opt in), or throws. Once per (device, kernel, bytes): a launch may call it every time.
 template <class Kernel>
 void allow_smem(Kernel* kernel, int bytes);
+void allow_smem_of(const void* kernel, int bytes);  // the same, for any kernel
 }  // namespace fa
 
 #define FA_CUDA_CHECK(expr)                                              \
@@ -76,5 +78,5 @@ void allow_smem(Kernel* kernel, int bytes);
 
 template <class Kernel>
 void fa::allow_smem(Kernel* kernel, int bytes) {
-  FA_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  allow_smem_of(reinterpret_cast<const void*>(kernel), bytes);
 }

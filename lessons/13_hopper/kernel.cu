@@ -167,11 +167,7 @@ void launch(const fa::AttnParams& p, int sm_count, int max_blocks, cudaStream_t 
   constexpr int smem = Smem<D, stages_of(kStep, D), kRows>::total;
   static_assert(smem <= 227 * 1024, "over the H200's 227 KB of shared memory per block");
   auto kernel = hopper_kernel<T, D, kStep, kConsumers, kTrace>;
-  static bool configured = false;
-  if (!configured) {
-    fa::allow_smem(kernel, smem);
-    configured = true;
-  }
+  fa::allow_smem(kernel, smem);  // once per device
   const CUtensorMap tq = make_map(p.q, p.dtype, p.batch * p.heads_q, p.seqlen_q, D, kRows);
   const CUtensorMap tk = make_map(p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = make_map(p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);

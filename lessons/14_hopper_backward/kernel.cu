@@ -512,11 +512,7 @@ void launch(const fa::AttnParams& p, int stress, cudaStream_t stream, const fa::
   const CUtensorMap tk = fa::make_tensor_map("14_hopper_backward", p.k, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   const CUtensorMap tv = fa::make_tensor_map("14_hopper_backward", p.v, p.dtype, p.batch * p.heads_kv, p.seqlen_k, D, kKeys);
   auto kernel = backward_kernel<T, C, kMode, kTrace>;
-  static bool configured = false;
-  if (!configured) {
-    fa::allow_smem(kernel, smem);
-    configured = true;
-  }
+  fa::allow_smem(kernel, smem);  // once per device
   const int n_kt = fa::ceil_div(p.seqlen_k, kKeys);
   // The deterministic mode keeps a group's blocks together (chunk 1): its blocks start from the
   // last key block, so chunks would start every group's lightest blocks first and its heaviest last.

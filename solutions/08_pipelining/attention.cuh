@@ -1,5 +1,5 @@
 // Lesson 08's attention kernel: the ring of K/V tiles (copied by load_tile.cuh's load_tile), the
-// compute loop on swizzled tiles and the epilogue. In a header, beside kernel.cu's launch, so that
+// compute loop on swizzled tiles, the epilogue, and its launch (launch). In a header, so that
 // lessons 09 and 12 run this kernel instead of a copy of it: lesson 09 with its own copies of Q
 // and K (the Loads parameter), lesson 12 over its packed sequences (the Tiles parameter).
 #pragma once
@@ -348,18 +348,14 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSM)
 }
 
 // Launches configuration kIndex of tiles.hpp (lessons 08, 09 and 12 run it so): the opt-in to
-// more than 48 KB of shared memory, once per kernel, then the grid.
+// more than 48 KB of shared memory (fa::allow_smem: once per device), then the grid.
 template <class T, int kIndex, class Loads = PlainLoads, class Tiles = DenseTiles>
 void launch(const fa::AttnParams& p, dim3 grid, const typename Tiles::Args& a, cudaStream_t stream) {
   constexpr Config c = kConfigs[kIndex];
   static_assert(well_formed(c), "a configuration in tiles.hpp is not well formed");
   constexpr int smem = smem_bytes(c);
   auto kernel = pipelined_kernel<T, c.head_dim, c.rows, c.keys, c.sub, c.warps, c.stages, c.blocks, Loads, Tiles>;
-  static bool configured = false;
-  if (!configured) {
-    fa::allow_smem(kernel, smem);
-    configured = true;
-  }
+  fa::allow_smem(kernel, smem);
   kernel<<<grid, c.warps * 32, smem, stream>>>(p, a);
   FA_CHECK_LAUNCH();
 }
