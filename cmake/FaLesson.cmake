@@ -2,7 +2,7 @@
 #
 #   fa_add_lesson(<NN> <name> TITLE <title> SUPPORTS <feature...> HEAD_DIMS <d...>|ANY [ALIGN <bytes>]
 #                 POINTS <correctness> <performance>
-#                 [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [TILE_COUNTS forward|backward]
+#                 [FORWARD_SUITE] [BACKWARD_SUITE] [MODEL] [ARCH <arch>] [TILE_COUNTS forward|backward...]
 #                 [CPU_TESTS files...] [GPU_TESTS files...])
 #
 # is the lesson's one declaration. TITLE, SUPPORTS (fp16 bf16 causal seqlen_q_ne_k gqa any_strides
@@ -22,8 +22,8 @@
 #   CPU_TESTS      lesson-specific tests that need no GPU (CPU models, layout functions)
 #   GPU_TESTS      lesson-specific tests that need a GPU
 #   TILE_COUNTS    the lesson skips work: a test build counts the tiles each work tile visits in
-#                  that direction, and tests/tile_counts_test.cpp checks them (label lessonNN.tiles);
-#                  with varlen, forward, also on a packed batch, its map's tiles heaviest first
+#                  that direction (forward, backward or both), and tests/tile_counts_test.cpp checks
+#                  them (label lessonNN.tiles); with varlen, also on a packed batch, heaviest first
 #   ARCH           a CUDA architecture the lesson needs (e.g. 90a): the lesson is built for it
 #                  alone, when the course chose the architectures (unless the GPU present is
 #                  another) or the user's list has it; otherwise it is skipped, with a message
@@ -206,7 +206,7 @@ function(fa_write_grading)
 endfunction()
 
 function(fa_add_lesson nn name)
-  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH;TILE_COUNTS;TITLE;ALIGN" "CPU_TESTS;GPU_TESTS;SUPPORTS;HEAD_DIMS;POINTS" ${ARGN})
+  cmake_parse_arguments(L "FORWARD_SUITE;BACKWARD_SUITE;MODEL" "ARCH;TITLE;ALIGN" "CPU_TESTS;GPU_TESTS;SUPPORTS;HEAD_DIMS;POINTS;TILE_COUNTS" ${ARGN})
   set(id ${nn}_${name})
   set(label lesson${nn})
   set(dir ${FA_LESSONS_DIR}/${id})
@@ -322,19 +322,24 @@ function(fa_add_lesson nn name)
       list(APPEND targets test_${label}_${part})
     endif()
   endforeach()
-  # TILE_COUNTS forward|backward: a test build of the lesson counts the tiles each work tile
+  # TILE_COUNTS forward|backward...: a test build of the lesson counts the tiles each work tile
   # visits (FA_COUNT_TILES, fa/device.cuh), and tests/tile_counts_test.cpp checks them. It is
   # compiled for one architecture (it only runs on the GPU at hand, like the mutants).
   if(L_TILE_COUNTS)
-    if(NOT L_TILE_COUNTS MATCHES "^(forward|backward)$")
-      message(FATAL_ERROR "lesson ${id}: TILE_COUNTS takes forward or backward, not ${L_TILE_COUNTS}")
-    endif()
-    string(TOUPPER ${L_TILE_COUNTS} direction)
-    # A lesson of packed batches also has its forward's packed case (its map's tiles, heaviest first).
-    set(cases_regex "^tiles: the ${L_TILE_COUNTS} ")
+    set(direction_defines "")
+    foreach(d IN LISTS L_TILE_COUNTS)
+      if(NOT d MATCHES "^(forward|backward)$")
+        message(FATAL_ERROR "lesson ${id}: TILE_COUNTS takes forward, backward or both, not ${d}")
+      endif()
+      string(TOUPPER ${d} direction)
+      list(APPEND direction_defines FA_TILES_${direction}=1)
+    endforeach()
+    list(JOIN L_TILE_COUNTS "|" directions)
+    # A lesson of packed batches also has their cases (its maps' tiles, heaviest first).
+    set(cases_regex "^tiles: the (${directions}) ")
     set(packed_define "")
-    if("varlen" IN_LIST L_SUPPORTS AND L_TILE_COUNTS STREQUAL "forward")
-      set(cases_regex "^tiles: (a packed batch: )?the forward ")
+    if("varlen" IN_LIST L_SUPPORTS)
+      set(cases_regex "^tiles: (a packed batch: )?the (${directions}) ")
       set(packed_define FA_TILES_PACKED=1)
       set_property(GLOBAL PROPERTY FA_LESSON_PACKED_TILES_${nn} TRUE)  # and its tile-count mutants
     endif()
@@ -345,7 +350,7 @@ function(fa_add_lesson nn name)
     fa_lesson_binding_defines(binding_defines fa_lesson_${nn} ${nn})
     fa_add_doctest(test_${label}_tiles KIND gpu LABEL ${label} PART tiles CASES_REGEX "${cases_regex}"
                    SOURCES ${PROJECT_SOURCE_DIR}/tests/tile_counts_test.cpp ${binding}
-                   LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} FA_TILES_${direction}=1
+                   LIBS ${label}_counted fa_reference fa_test_support DEFINES ${binding_defines} ${direction_defines}
                    ${packed_define})
     list(GET CMAKE_CUDA_ARCHITECTURES 0 one_arch)
     if(arch_override)

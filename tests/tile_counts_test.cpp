@@ -32,16 +32,12 @@ void run(fa::test::Direction dir) {
       }
 }
 
-}  // namespace
-
-#if FA_TILES_FORWARD
-TEST_CASE("tiles: the forward visits exactly the key tiles its rows see") { run(fa::test::Direction::kForward); }
-#endif
-#if FA_TILES_FORWARD && FA_TILES_PACKED
-// A packed batch (a lesson with varlen): its query tiles come from a map, and they must also come
-// heaviest first (only this test sees a map in packed order: the output is right, the kernel slower).
-// Sequences of every kind of work, one empty; keys as many as queries, and not (then one without keys).
-TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its rows see, heaviest first") {
+#if FA_TILES_PACKED
+// A packed batch (a lesson with varlen): its tiles come from maps, and they must also come
+// heaviest first (only these tests see a map in packed order: the output is right, the kernel
+// slower). Sequences of every kind of work, one empty; keys as many as queries, and not (then one
+// without keys).
+void run_packed(fa::test::Direction dir) {
   const fa::LessonInfo& lesson = fa::test::lesson_under_test();
   const fa::test::Requirements& req = fa::test::required();
   for (int d : req.head_dims)
@@ -55,10 +51,26 @@ TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its r
         c.heads_q = 4;
         c.heads_kv = 2;
         c.variant = lesson.variants.empty() ? "" : lesson.variants[0].name;  // the default order, whatever FA_TEST_VARIANT says
-        FA_CHECK_OUTCOME(fa::test::check_tile_counts(lesson, c, fa::test::Direction::kForward));
+        FA_CHECK_OUTCOME(fa::test::check_tile_counts(lesson, c, dir));
       }
 }
 #endif
+
+}  // namespace
+
+#if FA_TILES_FORWARD
+TEST_CASE("tiles: the forward visits exactly the key tiles its rows see") { run(fa::test::Direction::kForward); }
+#endif
 #if FA_TILES_BACKWARD
 TEST_CASE("tiles: the backward visits exactly the query tiles that see its keys") { run(fa::test::Direction::kBackward); }
+#endif
+#if FA_TILES_FORWARD && FA_TILES_PACKED
+TEST_CASE("tiles: a packed batch: the forward visits exactly the key tiles its rows see, heaviest first") {
+  run_packed(fa::test::Direction::kForward);
+}
+#endif
+#if FA_TILES_BACKWARD && FA_TILES_PACKED
+TEST_CASE("tiles: a packed batch: the backward visits exactly the query tiles that see its keys, heaviest first") {
+  run_packed(fa::test::Direction::kBackward);
+}
 #endif

@@ -33,33 +33,49 @@ int key_tiles_seen(bool causal, int first, int rows, int len_q, int len_k, int k
   const int k_end = first >= len_q ? 0 : causal ? std::min(len_k, last + len_k - len_q + 1) : len_k;
   return k_end > 0 ? (k_end + keys - 1) / keys : 0;
 }
+// The query tiles of `rows` that see any of keys first, first + 1, ... (from the first that sees
+// key `first`, causal), for one query head.
+int query_tiles_seen(bool causal, int first, int len_q, int len_k, int rows) {
+  const int q_first = causal ? std::max(0, first - (len_k - len_q)) : 0, n_qtiles = (len_q + rows - 1) / rows;
+  return first >= len_k || q_first >= len_q ? 0 : n_qtiles - q_first / rows;
+}
 
-// A packed batch's forward (lesson 12): block x of head h takes entry x of the tile map, so the
-// records, in order, are the map's tiles head after head. Each head's must be every (sequence,
-// query tile) of the batch, each visiting exactly the key tiles its rows see (compared as (first
-// row, count) pairs: the records do not name the sequence), heaviest first: in the order of the
-// map, no record visits more tiles than the one before it. Past kOrderCap - 1 key tiles a plan may
-// order tiles alike (lesson 12's 1,024 buckets), so counts are compared up to that there.
+// A packed batch (lesson 12): block x of head h takes entry x of a tile map (the forward's query
+// tiles for each query head, the backward's key tiles for each K/V head), so the records, in
+// order, are the map's tiles head after head. Each head's must be every tile of the batch, each
+// visiting exactly the tiles it sees (compared as (first row or key, count) pairs: the records
+// do not name the sequence), heaviest first: in the order of the map, no record visits more
+// tiles than the one before it. Past kOrderCap - 1 tiles (a query head's) a plan may order tiles
+// alike (lesson 12's 1,024 buckets), so counts are compared up to that there.
 constexpr int kOrderCap = 1024;
-Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t records) {
-  std::vector<std::pair<int, int>> got;  // (key tiles visited, first row), in the records' order
-  int rows = 0, keys = 0;
+Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t records, Direction dir) {
+  const bool fwd = dir == Direction::kForward;
+  const int heads = fwd ? c.heads_q : c.heads_kv, group = c.heads_q / c.heads_kv;
+  const std::string own = fwd ? " rows" : " keys", other = fwd ? " keys" : " query rows";
+  std::vector<std::pair<int, int>> got;  // (tiles visited, first row or key), in the records' order
+  int length = 0, tile = 0;
   for (int64_t w = 0; w < records; ++w) {
     const int* x = &rec[size_t(w) * kTileRecord];
     if (x[2] <= 0) continue;
-    if (x[3] <= 0 || x[3] >= kKeysOwned || (rows > 0 && (x[2] != rows || x[3] != keys)))
-      return fail(c, "test error: tile record " + std::to_string(w) + " has " + std::to_string(x[2]) + " rows and tiles of " +
-                         std::to_string(x[3]) + " keys; the forward's records all have the same, rows and keys");
+    const bool owned = x[3] >= kKeysOwned;
+    const int t = owned ? x[3] - kKeysOwned : x[3];
+    if (t <= 0 || owned == fwd || (length > 0 && (x[2] != length || t != tile)))
+      return fail(c, "test error: tile record " + std::to_string(w) + " (" + std::to_string(x[2]) + own + ", tiles of " +
+                         std::to_string(t) + other + ") is not like the others, or not of this pass");
     got.emplace_back(x[0], x[1]);
-    rows = x[2];
-    keys = x[3];
+    length = x[2];
+    tile = t;
   }
   if (got.empty())
     return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
                    "and does it call fa::tile_count_begin?");
   std::vector<std::pair<int, int>> want;  // one head's tiles, heaviest first
-  for (int b = 0; b < c.sequences(); ++b)
-    for (int q0 = 0; q0 < c.len_q(b); q0 += rows) want.emplace_back(key_tiles_seen(c.causal, q0, rows, c.len_q(b), c.len_k(b), keys), q0);
+  for (int b = 0; b < c.sequences(); ++b) {
+    const int lq = c.len_q(b), lk = c.len_k(b);
+    for (int first = 0; first < (fwd ? lq : lk); first += length)
+      want.emplace_back(fwd ? key_tiles_seen(c.causal, first, length, lq, lk, tile) : query_tiles_seen(c.causal, first, lq, lk, tile) * group,
+                        first);
+  }
   std::sort(want.rbegin(), want.rend());
   const size_t n = want.size();
   const auto sum = [](const std::vector<std::pair<int, int>>& v) {
@@ -67,34 +83,39 @@ Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t r
     for (const auto& e : v) t += e.first;
     return t;
   };
-  const std::string tiles = " tiles of " + std::to_string(rows) + " rows";
-  if (got.size() != n * c.heads_q)
+  const std::string tiles = " tiles of " + std::to_string(length) + own;
+  const int cap = (kOrderCap - 1) * (fwd ? 1 : group);
+  if (got.size() != n * heads)
     return fail(c, "MISMATCH: " + std::to_string(got.size()) + " work tiles recorded their tiles; the batch has " +
-                       std::to_string(n) + tiles + " a head, " + std::to_string(n * c.heads_q) + " in all");
-  for (int h = 0; h < c.heads_q; ++h) {
+                       std::to_string(n) + tiles + " a head, " + std::to_string(n * heads) + " in all");
+  for (int h = 0; h < heads; ++h) {
     const std::vector<std::pair<int, int>> head(got.begin() + h * n, got.begin() + (h + 1) * n);
     std::vector<std::pair<int, int>> sorted = head;
     std::sort(sorted.rbegin(), sorted.rend());
     if (sorted != want) {
-      std::string text = "MISMATCH: head " + std::to_string(h) + "'s" + tiles + " visited " + std::to_string(sum(head)) +
-                         " key tiles of " + std::to_string(keys) + "; the ones their rows see are " + std::to_string(sum(want));
+      std::string text = "MISMATCH: " + std::string(fwd ? "" : "K/V ") + "head " + std::to_string(h) + "'s" + tiles +
+                         " visited " + std::to_string(sum(head)) + " tiles of " + std::to_string(tile) + other +
+                         "; the ones they see are " + std::to_string(sum(want));
       if (sum(head) > sum(want))
-        text += format_hints({{"extra-tiles", "the output can be right and the kernel still slow: it visits tiles that hold no "
-                                              "pair its rows see; stop at the last key of the tile's last row in its own sequence"}});
+        text += format_hints({{"extra-tiles", std::string("the output can be right and the kernel still slow: it visits tiles that "
+                                                          "hold no pair its rows see; ") +
+                                                  (fwd ? "stop at the last key of the tile's last row in its own sequence"
+                                                       : "start at the first query tile that sees the block's first key, in its "
+                                                         "own sequence")}});
       return fail(c, text);
     }
     for (size_t at = 1; at < n; ++at)
-      if (std::min(head[at].first, kOrderCap - 1) > std::min(head[at - 1].first, kOrderCap - 1))
-        return fail(c, "MISMATCH: head " + std::to_string(h) + "'s tiles visit the key tiles their rows see, but not heaviest " +
-                           "first: map entry " + std::to_string(at) + " visits " + std::to_string(head[at].first) +
-                           " key tiles, the one before it " + std::to_string(head[at - 1].first) +
+      if (std::min(head[at].first, cap) > std::min(head[at - 1].first, cap))
+        return fail(c, "MISMATCH: " + std::string(fwd ? "" : "K/V ") + "head " + std::to_string(h) + "'s tiles visit the tiles " +
+                           "they see, but not heaviest first: map entry " + std::to_string(at) + " visits " +
+                           std::to_string(head[at].first) + ", the one before it " + std::to_string(head[at - 1].first) +
                            format_hints({{"not-heaviest-first", "the output is right and the kernel slower: the last blocks to "
                                                                 "start should be the lightest, so that none of them ends long "
-                                                                "after the others; the plan sorts the tiles by the key tiles each "
+                                                                "after the others; the plan sorts the tiles by the tiles each "
                                                                 "visits"}}));
   }
   return {true, false, c.describe() + ": " + std::to_string(got.size()) + " work tiles visited exactly the " +
-                           std::to_string(sum(want) * c.heads_q) + " tiles their rows see, heaviest first"};
+                           std::to_string(sum(want) * heads) + " tiles they see, heaviest first"};
 }
 
 }  // namespace
@@ -219,11 +240,10 @@ Outcome check_feature_rejected(const LessonInfo& lesson, const Case& c, const st
 Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir) {
   return guarded(c, [&]() -> Outcome {
     const Inputs in = make_inputs(c, seed_for(c.describe()));
-    if (c.varlen() && dir != Direction::kForward) return fail(c, "test error: a packed batch's tile counts are the forward's");
     Run r = dir == Direction::kForward ? prepare(lesson, c, in) : prepare_backward(lesson, c, in, BackwardInputs(c, in));
     // A packed batch's grid is its map's bound (total / tile + batch entries, tiles of 16 rows at
     // least) for each head.
-    const int64_t records = c.varlen() ? (int64_t(c.total_q()) / 16 + c.batch + 2) * c.heads_q
+    const int64_t records = c.varlen() ? (int64_t(std::max(c.total_q(), c.total_k())) / 16 + c.batch + 2) * c.heads_q
                                        : (int64_t(std::max(c.seqlen_q, c.seqlen_k)) / 16 + 2) * c.batch * c.heads_q;
     Buffer counts(lesson.memory, size_t(records) * kTileRecord * 4, "tile_counts");
     const std::vector<int> zeros(size_t(records) * kTileRecord, 0);
@@ -232,8 +252,8 @@ Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir
     execute(lesson, r, dir);
     counts.check_guards();
     const std::vector<int> rec = counts.to_host<int>();
-    if (c.varlen()) return packed_tile_counts(c, rec, records);
-    const int sq = c.seqlen_q, sk = c.seqlen_k, off = sk - sq, group = c.heads_q / c.heads_kv;
+    if (c.varlen()) return packed_tile_counts(c, rec, records, dir);
+    const int sq = c.seqlen_q, sk = c.seqlen_k, group = c.heads_q / c.heads_kv;
     int64_t written = 0, visited = 0, needed = 0;
     std::string first_bad;
     for (int64_t w = 0; w < records; ++w) {
@@ -247,8 +267,7 @@ Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir
       if (!keys_owned) {  // rows first .. first + length - 1 visit key tiles of `tile` keys
         want = key_tiles_seen(c.causal, first, length, sq, sk, tile);
       } else {  // keys first .. first + length - 1 visit query tiles of `tile` rows, for each head of the group
-        const int q_first = c.causal ? std::max(0, first - off) : 0, n_qtiles = (sq + tile - 1) / tile;
-        want = first >= sk || q_first >= sq ? 0 : (n_qtiles - q_first / tile) * group;
+        want = query_tiles_seen(c.causal, first, sq, sk, tile) * group;
       }
       visited += x[0];
       needed += want;
