@@ -40,6 +40,17 @@ int query_tiles_seen(bool causal, int first, int len_q, int len_k, int rows) {
   return first >= len_k || q_first >= len_q ? 0 : n_qtiles - q_first / rows;
 }
 
+// The failures of a tile count: no record at all (the build does not count), and the hint for
+// tiles visited past the ones seen, `where` saying where the loop should stop or start.
+Outcome none_recorded(const Case& c) {
+  return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
+                 "and does it call fa::tile_count_begin?");
+}
+std::string extra_tiles_hint(const std::string& where) {
+  return format_hints({{"extra-tiles", "the output can be right and the kernel still slow: it visits tiles that hold no pair its "
+                                       "rows see; " + where}});
+}
+
 // A packed batch (lesson 12): block x of head h takes entry x of a tile map (the forward's query
 // tiles for each query head, the backward's key tiles for each K/V head), so the records, in
 // order, are the map's tiles head after head. Each head's must be every tile of the batch, each
@@ -66,9 +77,7 @@ Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t r
     length = x[2];
     tile = t;
   }
-  if (got.empty())
-    return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
-                   "and does it call fa::tile_count_begin?");
+  if (got.empty()) return none_recorded(c);
   std::vector<std::pair<int, int>> want;  // one head's tiles, heaviest first
   for (int b = 0; b < c.sequences(); ++b) {
     const int lq = c.len_q(b), lk = c.len_k(b);
@@ -97,11 +106,8 @@ Outcome packed_tile_counts(const Case& c, const std::vector<int>& rec, int64_t r
                          " visited " + std::to_string(sum(head)) + " tiles of " + std::to_string(tile) + other +
                          "; the ones they see are " + std::to_string(sum(want));
       if (sum(head) > sum(want))
-        text += format_hints({{"extra-tiles", std::string("the output can be right and the kernel still slow: it visits tiles that "
-                                                          "hold no pair its rows see; ") +
-                                                  (fwd ? "stop at the last key of the tile's last row in its own sequence"
-                                                       : "start at the first query tile that sees the block's first key, in its "
-                                                         "own sequence")}});
+        text += extra_tiles_hint(fwd ? "stop at the last key of the tile's last row in its own sequence"
+                                     : "start at the first query tile that sees the block's first key, in its own sequence");
       return fail(c, text);
     }
     for (size_t at = 1; at < n; ++at)
@@ -277,16 +283,13 @@ Outcome check_tile_counts(const LessonInfo& lesson, const Case& c, Direction dir
                     std::to_string(tile) + (keys_owned ? " query rows" : " keys") + "; the ones its " +
                     (keys_owned ? "keys are seen from" : "rows see") + " are " + std::to_string(want);
     }
-    if (written == 0)
-      return fail(c, "MISMATCH: no work tile recorded its tiles: is the lesson built with FA_COUNT_TILES (cmake: TILE_COUNTS), "
-                     "and does it call fa::tile_count_begin?");
+    if (written == 0) return none_recorded(c);
     if (!first_bad.empty()) {
       std::string text = "MISMATCH: " + first_bad + " (all work tiles: " + std::to_string(visited) + " tiles visited, " +
                          std::to_string(needed) + " needed)";
       if (visited > needed)
-        text += format_hints({{"extra-tiles", "the output can be right and the kernel still slow: it visits tiles that hold no "
-                                              "pair its rows see; stop at the last key the block's last row sees (j <= i + "
-                                              "seqlen_k - seqlen_q), or start at the first query tile that sees the block's first key"}});
+        text += extra_tiles_hint("stop at the last key the block's last row sees (j <= i + seqlen_k - seqlen_q), or start at "
+                                 "the first query tile that sees the block's first key");
       return fail(c, text);
     }
     return {true, false, c.describe() + ": " + std::to_string(written) + " work tiles visited exactly the " +
