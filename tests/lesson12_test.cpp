@@ -140,7 +140,7 @@ TEST_CASE("lesson12: gate_anchor is the key position of a tile's first row, insi
 
 // Lesson 12's kernels on each GPU a student may have (lesson 08's kArchs): the forward takes lesson
 // 08's configuration for the GPU, or with the gate the one plan.hpp names in place of the sm_90
-// choice (as kernel.cu's forward_dispatch); the backward takes lesson 11's, and its dQ pass. The
+// choice (as kernel.cu's gated); the backward takes lesson 11's, and its dQ pass. The
 // kernels also declare __shared__ variables of their own, which the GPU's limit per block counts
 // beside the dynamic tiles: at most 1280 bytes under nvcc 13.0 (ptxas -v, the gated dK/dV kernel),
 // so 2 KB is kept for them. A kernel over the limit is refused by fa::allow_smem before it launches

@@ -1,21 +1,14 @@
 // Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/backward.cuh by fa-skeleton.
-// Lesson 12's backward: lesson 11's kernels (dkdv.cuh) over the tile map, with GQA, packed
-// sequences, the gate and dG: the key tiles of its dK/dV kernel (PackedKeys, with the gate's
-// hooks) and the query tiles of its preprocess and deterministic dQ pass (PackedRows). Part of
-// kernel.cu, which alone includes it.
+// Lesson 12's backward: lesson 11's kernels (dkdv.cuh) over the tile maps, with GQA, packed
+// sequences and the gate: the key tiles of the dK/dV kernel (PackedKeys, with the gate's hooks)
+// and the query tiles of the preprocess and the dQ pass (PackedRows). Part of kernel.cu.
 #pragma once
 
-#include "fa/device.cuh"
-#include "fa/mma.cuh"
-#include "fa/params.hpp"
-#include "../11_fast_backward/dkdv.cuh"  // lesson 11's kernels
-#include "sequences.cuh"  // and with it, lessons 08 and 11's tiles.hpp and plan.hpp
+#include "sequences.cuh"  // and with it lesson 11's kernels (dkdv.cuh) and plan.hpp
 
 namespace {
 
-// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
-const fa::TodoList kBackwardTodosLeft = {
+const fa::TodoList kBackwardTodosLeft = {  // as sequences.cuh's list
     "TODO(18) in backward.cuh: kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below",
     "TODO(19) in backward.cuh: add this step's dS to the column sums: each thread's values of keys g and g + 8",
     "TODO(20) in backward.cuh: the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +",
@@ -23,14 +16,11 @@ const fa::TodoList kBackwardTodosLeft = {
     "TODO(17) in backward.cuh: the row's gate_diff (at position i + offset, from the tile's anchor, as in the",
 };
 
-// ---- Backward ----------------------------------------------------------------------------------
-// The key tiles of lesson 11's dK/dV kernel (dkdv.cuh's dkdv_kernel): one block per (map entry,
-// kv head), the entry a key tile of a sequence; it visits the query tiles of every head of its
-// group. The block's sequence and bounds are kept in shared memory by thread 0 (begin) and read
-// where they are used (fresh): dK and dV hold 128 registers a thread, and the kernel is at the
-// 255-register limit. With kGate the logits get the keys' anchored G differences (the rows' are
-// in LSE2), and each key's column sum of dS (over the rows of one query head) is kept and stored,
-// negated, as dG (the hooks below, which the kernel calls only with kGate).
+// The key tiles of lesson 11's dK/dV kernel (dkdv.cuh says what it asks of them): one block per
+// (map entry, kv head); it visits the query tiles of every head of its group. Its sequence and
+// bounds live in shared memory, read where used (fresh): the kernel is at the 255-register limit.
+// With kGate the logits get the keys' anchored G differences (the rows' are in LSE2), and each
+// key's column sum of dS (per query head) is stored, negated, as dG (the hooks below).
 template <int kKeysT, int kRowsT, bool kGateOn>
 struct PackedKeys {
   static constexpr int kKeys = kKeysT, kRows = kRowsT;
@@ -49,9 +39,7 @@ struct PackedKeys {
     int4 iters;   // n_iter, per_head, first, hk * group
     int4 bounds;  // len_q, len_k, offset, k0
     int4 tile_of[2];  // per buffer: its query tile's h, q0, masked, bound (tile)
-    // Where head 0's rows start in Q and dO, its statistics (stat_row), its fp32 dQ sums
-    // (lse_index) and its gate (gate_index); head h's are h times the head's stride further.
-    alignas(16) int64_t origin[5];
+    alignas(16) int64_t origin[5];  // head 0's first row in Q, dO, the statistics, the dQ sums, G
     Seq s;
     int hk;
   };
@@ -73,15 +61,13 @@ struct PackedKeys {
     blk.origin[4] = gate_index(p, sq, 0);
     return true;
   }
-  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's {h, q0, masked,
-  // bound} as its loads start, and the kernel reads it back where it needs it, with no division
-  // (it / per_head) and no register held.
+  // Each buffer's query tile travels with it (thread 0 writes it as its loads start): no division
+  // by per_head and no register held.
   __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
   __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
   __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) {
     return fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
   }
-  // The query tile after buffer buf's: the head's next one, or the first of the next head.
   __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
     return lesson11::next_query_tile<kRows>(fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])), fresh(blk.bounds.x),
                                             fresh(blk.iters.z));
@@ -89,7 +75,7 @@ struct PackedKeys {
   __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return fresh(blk.iters); }
   __device__ static int4 bounds(const fa::AttnParams&, const Block& blk) { return fresh(blk.bounds); }
   __device__ static longlong2 rows(const fa::AttnParams&, const Block& blk) { return fresh_pair(blk.origin); }
-  // Head h's statistics, fp32 dQ sums and gate: origin[2], [3] and [4] plus h heads' strides.
+  // Head h's: origin plus h heads' strides.
   __device__ static int64_t stats(const fa::AttnParams&, const Args& a, const Block& blk, int h) {
     return fresh(blk.origin[2]) + h * a.stat_stride;
   }
@@ -109,13 +95,11 @@ struct PackedKeys {
   }
 
   // ---- The gate's hooks (kGate) ----
-  // The column sums of dS of the block's keys, for the current query head: each key's sum is kept
-  // by one lane (t == 0 of the quad holding the key's row of S^T), so no two threads ever touch
-  // the same one; shared memory rather than registers, which dK and dV fill. With atomic dQ, also
-  // the row sums of dS of the current query tile over the block's keys, two buffers (iteration it
-  // adds to buffer it % 2 while the previous one is flushed, with atomics, to the row terms of dG:
-  // other key tiles add to the same rows). In the deterministic mode the dQ pass sums the rows
-  // instead (it owns them).
+  // The column sums of dS of the block's keys for the current query head, one lane each (t == 0
+  // of the quad holding the key's row of S^T), in shared memory (dK and dV fill the registers).
+  // With atomic dQ also the row sums of the query tile, two buffers: iteration it adds to buffer
+  // it % 2 while the other is flushed with atomics (other key tiles add to the same rows). In the
+  // deterministic mode the dQ pass sums the rows (it owns them).
   struct Sums {
     float colsum[kGate ? kKeys : 1];
     float rowsum[2][kGate ? kRows : 1];
@@ -125,8 +109,7 @@ struct PackedKeys {
     for (int i = threadIdx.x; i < kKeys; i += kThreads) x.colsum[i] = 0.f;
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) x.rowsum[r / kRows][r % kRows] = 0.f;
   }
-  // Adds buffer `buf` (query head h's rows from q0) to the row terms of dG and clears it: after a
-  // barrier.
+  // Adds buffer `buf` (query head h's rows from q0) to dG's row terms and clears it (after a barrier).
   __device__ static void flush_rows(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int h, int q0, int buf) {
     const int i = threadIdx.x;
     if (i < kRows) {
@@ -136,15 +119,13 @@ struct PackedKeys {
       x.rowsum[buf][i] = 0.f;
     }
   }
-  // At iteration it's start, after its barrier, while no fragment is live: the previous
-  // iteration's row sums flushed (its slot was just rewritten), and this thread's keys' terms kg
-  // of the logits for its query tile (in buffer buf).
+  // At iteration it's start (after its barrier, no fragment live): the previous iteration's row
+  // sums flushed, and this thread's keys' terms kg of the logits for the query tile in buffer buf.
   template <bool kAtomicDq, int kKT>
   __device__ static void start_tile(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int it, int buf,
                                     int warp, int lane, float (&kg)[kKT][2]) {
     if constexpr (kAtomicDq) {
-      // The previous iteration's tile: query tile first + (it - 1) % per_head of head first_head +
-      // (it - 1) / per_head.
+      // The previous iteration's tile (iters() says which).
       const int4 n = fresh(blk.iters);
       if (it > 0) flush_rows(p, a, blk, x, n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, (it & 1) ^ 1);
     }
@@ -191,11 +172,9 @@ struct PackedKeys {
   }
 };
 
-// The query tiles of lesson 11's preprocess and deterministic dQ pass (dkdv.cuh's preprocess_kernel
-// and dq_kernel): one block per (map entry, query head), kStatRows rows. The statistics' rows are
-// padded per sequence to whole tiles (lesson12::stat_row). With the gate, the preprocess folds the
-// row's anchored G difference into its LSE2 (row_term), so the inner loops only add the key's
-// (keys), and the dQ pass stores the row terms of dG (row_terms).
+// The query tiles of lesson 11's preprocess and dQ pass: one block per (map entry, query head),
+// kStatRows rows. With the gate the preprocess folds the row's anchored G difference into its
+// LSE2 (row_term), the loops add the key's (keys), and the dQ pass stores dG's row terms.
 template <bool kGateOn>
 struct PackedRows {
   static constexpr bool kGate = kGateOn;
@@ -212,7 +191,7 @@ struct PackedRows {
     double anchor;   // G at the tile's anchor
     int offset;      // len_k - len_q
   };
-  // The key terms of a key tile: G and the anchor read once (after S, where fragments are dead).
+  // A key tile's terms: G and the anchor read once (after S, where fragments are dead).
   struct Keys {
     const double* gh;
     double anchor;
@@ -253,8 +232,8 @@ struct PackedRows {
     //   forward) for rows i < len_q with a key position i + offset >= 0; 0 for the others.
     return term;
   }
-  // The row terms of dG: this block owns its rows, so a plain store (no atomics, the same bits
-  // every run). row0: the thread's first row (g of its warp's 16), the second 8 further.
+  // dG's row terms: this block owns its rows, so a plain store (the same bits every run). row0:
+  // the thread's first row, the second 8 further.
   __device__ static void row_terms(const Args& a, const lesson11::QueryTile& t, const Gate& gate, const float (&rows)[2],
                                    int row0, int lane) {
 #pragma unroll

@@ -1,64 +1,56 @@
 // Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/kernel.cu by fa-skeleton.
 // Lesson 12: grouped-query heads (GQA), packed variable-length batches (varlen) and the log-decay
 // gate, forward and backward, run by lesson 08's forward and lesson 11's backward kernels (README,
-// "The idea"). The files: sequences.cuh (a sequence's bounds, the tile map's plan, the gate's scan,
-// a block's work; TODOs 11-14), forward.cuh (TODOs 15-16), backward.cuh (TODOs 17-21), plan.hpp
-// (the index math, host and device; TODOs 1-3), model.cpp (the CPU model; TODOs 4-10), and this
-// file: the scratch, the launches and the entry points.
+// "The idea"). plan.hpp: the index math (TODOs 1-3); model.cpp: the CPU model (4-10);
+// sequences.cuh: a sequence, the plan, the gate's scan, a block's work (11-14); forward.cuh (15-16);
+// backward.cuh (17-21); this file: the scratch, the launches and the entry points.
 // Build, test, profile:
 //   cmake --build --preset student --target check-lesson12
 //   lessons/12_gqa_varlen_gate/profile.sh
-// The variants (fa-bench --variant): natural runs the forward's tiles in packed order instead of
-// heaviest first; pass times the backward's deterministic dQ pass in the default mode.
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "../08_pipelining/tiles.hpp"
-#include "../11_fast_backward/tiles.hpp"
 #include "backward.cuh"
 #include "fa/cuda_check.hpp"
-#include "fa/params.hpp"
 #include "forward.cuh"
-#include "plan.hpp"
-#include "sequences.cuh"
 
 namespace {
 
-// ---- Host side ---------------------------------------------------------------------------------
 // The scratch beside the outputs (the maps, G, the backward's statistics, dG, the fp32 dQ sums) is
 // the process's device scratch, carved into pieces (fa::carve_scratch; README, Caveats).
 
-// The tile map of the query (or key) tiles: varlen, planned on the device; dense, none, the
-// kernels computing their (sequence, tile) entries from the block index.
+// The map of the query (or key) tiles of `tile` rows: varlen, planned on the device (plan); dense,
+// only its size, the kernels computing their (sequence, tile) entries from the block index.
 fa::TileMap take_map(fa::Carver& c, const fa::AttnParams& p, int tile, bool query_tiles) {
   if (p.is_varlen()) return fa::take_tile_map(c, p.batch, query_tiles ? p.total_q : p.total_k, tile);
   fa::TileMap m;
   m.entries = int64_t(fa::ceil_div(query_tiles ? p.seqlen_q : p.seqlen_k, tile)) * p.batch;
   return m;
 }
-void launch_plan(const fa::TileMap& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles,
-                 cudaStream_t stream, bool heaviest_first = true) {
+void plan(const fa::TileMap& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles, cudaStream_t stream,
+          bool heaviest_first = true) {
   if (!p.is_varlen()) return;
-  plan_kernel<<<1, fa::kPlanThreads, 0, stream>>>(query_tiles ? p.cu_seqlens_q : p.cu_seqlens_k,
-                                                  query_tiles ? p.cu_seqlens_k : p.cu_seqlens_q, p.batch, tile, other_tile,
-                                                  p.causal, query_tiles, heaviest_first, m);
+  const int *cu_q = p.cu_seqlens_q, *cu_k = p.cu_seqlens_k;
+  plan_kernel<<<1, fa::kPlanThreads, 0, stream>>>(query_tiles ? cu_q : cu_k, query_tiles ? cu_k : cu_q, p.batch, tile,
+                                                  other_tile, p.causal, query_tiles, heaviest_first, m);
   FA_CHECK_LAUNCH();
 }
 int64_t gate_elements(const fa::AttnParams& p) {
   return p.is_varlen() ? int64_t(p.heads_q) * p.total_k : int64_t(p.batch) * p.heads_q * p.seqlen_k;
 }
-template <class In, class Out, bool kReverse>
-void launch_scan(const fa::AttnParams& p, const In* in, const In* in2, Out* out, cudaStream_t stream) {
-  const int64_t warps = int64_t(p.batch) * p.heads_q;
-  scan_kernel<kReverse><<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p, in, in2, out);
+template <bool kReverse, class In, class Out>  // one warp per (sequence, head)
+void scan(const fa::AttnParams& p, const In* in, const In* in2, Out* out, cudaStream_t stream) {
+  scan_kernel<kReverse><<<static_cast<unsigned>((int64_t(p.batch) * p.heads_q + 7) / 8), 256, 0, stream>>>(p, in, in2, out);
   FA_CHECK_LAUNCH();
 }
 unsigned grid_of(int64_t blocks) { return fa::grid_blocks(blocks, "lesson 12_gqa_varlen_gate"); }
 void check_started() {
   lesson08::throw_if_copy_todos_left("12_gqa_varlen_gate (it copies tiles with lesson 08's tiles.hpp and load_tile.cuh)");
   fa::throw_if_todos_left("12_gqa_varlen_gate (its backward's tiles come from lesson 11's tiles.hpp)", lesson11::kTilesTodosLeft);
-  fa::throw_if_todos_left("08_pipelining", lesson08::kAttentionTodosLeft);  // lesson 08's kernel (attention.cuh), which its forward runs
-  fa::throw_if_todos_left("11_fast_backward", lesson11::kDkdvTodosLeft);  // lesson 11's kernels (dkdv.cuh), which it runs
+  fa::throw_if_todos_left("08_pipelining", lesson08::kAttentionTodosLeft);  // lesson 08's kernel, which its forward runs
+  fa::throw_if_todos_left("11_fast_backward", lesson11::kDkdvTodosLeft);  // lesson 11's kernels, which it runs
   // This lesson's lists as one: the TODO named is the lowest left in any of its files.
   fa::throw_if_todos_left("12_gqa_varlen_gate", {&lesson12::kPlanTodosLeft, &kSequencesTodosLeft, &kForwardTodosLeft, &kBackwardTodosLeft});
 }
@@ -75,47 +67,43 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
     map = take_map(cv, p, c.rows, true);
   });
   const unsigned blocks = grid_of(map.entries * p.heads_q);  // checked before anything is launched
-  if constexpr (kGate) launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
-  launch_plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
+  if constexpr (kGate) scan<false, float, double>(p, p.gate, nullptr, G, stream);
+  plan(map, p, c.rows, c.keys, true, stream, heaviest_first);
   const typename PackedTiles<kGate>::Args args{map.order, map.count, G, heaviest_first};
   lesson08::launch<T, kIndex, lesson08::PlainLoads, PackedTiles<kGate>>(p, blocks, args, stream);
 }
 
-// The configurations lesson 08 chooses (sm_90 and sm_8x), the only ones compiled here.
+// The configurations lesson 08 chooses (sm_90 and sm_8x), the only ones compiled here. With the
+// gate, the sm_90 ones' S tile does not fit beside the gate's registers (ptxas spills): the gated
+// kernel takes plan.hpp's, with half as many keys a step.
 constexpr int kFwd64 = lesson08::config_for(90, 64), kFwd128 = lesson08::config_for(90, 128);
-constexpr int kFwd64Small = lesson08::config_for(86, 64), kFwd128Small = lesson08::config_for(86, 128);
-
-// With the gate, the sm_90 configurations' S tile does not fit beside the gate's registers
-// (ptxas spills): the gated kernel takes lesson 08's configurations with half as many keys a step.
-using lesson12::kFwdGate64, lesson12::kFwdGate128;  // plan.hpp
-static_assert(lesson08::kConfigs[kFwdGate64].head_dim == 64 && lesson08::kConfigs[kFwdGate128].head_dim == 128 &&
-                  lesson08::kConfigs[kFwdGate64].sub * 2 == lesson08::kConfigs[kFwd64].sub &&
-                  lesson08::kConfigs[kFwdGate128].sub * 2 == lesson08::kConfigs[kFwd128].sub,
+using Compiled = std::integer_sequence<int, kFwd64, kFwd128, lesson08::config_for(86, 64), lesson08::config_for(86, 128)>;
+constexpr int gated(int i) { return i == kFwd64 ? lesson12::kFwdGate64 : i == kFwd128 ? lesson12::kFwdGate128 : i; }
+static_assert(lesson08::kConfigs[gated(kFwd64)].head_dim == 64 && lesson08::kConfigs[gated(kFwd128)].head_dim == 128 &&
+                  lesson08::kConfigs[gated(kFwd64)].sub * 2 == lesson08::kConfigs[kFwd64].sub &&
+                  lesson08::kConfigs[gated(kFwd128)].sub * 2 == lesson08::kConfigs[kFwd128].sub,
               "the gated configurations are the sm_90 ones with half the keys a step");
 
-template <class T, bool kGate>
-void forward_dispatch(const fa::AttnParams& p, int index, bool heaviest_first, cudaStream_t stream) {
-  if (index == kFwd64) forward_config<T, kGate ? kFwdGate64 : kFwd64, kGate>(p, heaviest_first, stream);
-  else if (index == kFwd128) forward_config<T, kGate ? kFwdGate128 : kFwd128, kGate>(p, heaviest_first, stream);
-  else if (index == kFwd64Small) forward_config<T, kFwd64Small, kGate>(p, heaviest_first, stream);
-  else if (index == kFwd128Small) forward_config<T, kFwd128Small, kGate>(p, heaviest_first, stream);
-  else throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: no forward configuration for head_dim " + std::to_string(p.head_dim));
+template <class T, bool kGate, int... kIndex>  // runs the configuration `index`; false if none is compiled
+bool forward_index(const fa::AttnParams& p, int index, bool heaviest_first, cudaStream_t s, std::integer_sequence<int, kIndex...>) {
+  return ((index == kIndex && (forward_config<T, kGate ? gated(kIndex) : kIndex, kGate>(p, heaviest_first, s), true)) || ...);
 }
 
 // The variants (fa_lesson_12 below): 0 the default, 1 "natural" (the forward's blocks take their
-// query tiles in packed order, (sequence, tile) ascending, instead of heaviest first: the varlen map
-// sorted by work, a dense causal batch's last tile first; README, question 4), 2 "pass" (the
-// backward's dQ by the deterministic second pass in the default mode too, as lesson 11).
+// query tiles in packed order, (sequence, tile) ascending, instead of heaviest first; README,
+// question 4), 2 "pass" (the backward's dQ by the deterministic second pass, as lesson 11).
 enum Variant { kDefault, kNatural, kPass };
 
 void forward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
   const int index = lesson08::config_for(fa::current_device().sm, p.head_dim);
   const bool heaviest_first = p.variant != kNatural;
+  bool ran = false;
   FA_DISPATCH_DTYPE(p.dtype, T, {
-    if (p.gate != nullptr) forward_dispatch<T, true>(p, index, heaviest_first, stream);
-    else forward_dispatch<T, false>(p, index, heaviest_first, stream);
+    ran = p.gate != nullptr ? forward_index<T, true>(p, index, heaviest_first, stream, Compiled{})
+                            : forward_index<T, false>(p, index, heaviest_first, stream, Compiled{});
   });
+  if (!ran) throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: no forward configuration for head_dim " + std::to_string(p.head_dim));
 }
 
 // The backward with lesson 11's configuration kIndex: G and the maps, then lesson 11's launches
@@ -144,30 +132,27 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
   });
   const unsigned q_blocks = grid_of(qmap.entries * p.heads_q), k_blocks = grid_of(kmap.entries * p.heads_kv);  // before any launch
   if constexpr (kGate) {
-    launch_scan<float, double, false>(p, p.gate, nullptr, G, stream);
+    scan<false, float, double>(p, p.gate, nullptr, G, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(dG, 0, 2 * ge * sizeof(float), stream));
   }
-  launch_plan(qmap, p, R, lesson11::kDqKeys, true, stream);
-  launch_plan(kmap, p, c.keys, R, false, stream);
-  using Rows = PackedRows<kGate>;
+  plan(qmap, p, R, lesson11::kDqKeys, true, stream);
+  plan(kmap, p, c.keys, R, false, stream);
   using Keys = PackedKeys<c.keys, c.rows, kGate>;
   auto keys = [&](float* dq) {
     return typename Keys::Args{lse2, delta, dq, kmap.order, kmap.count, qmap.tile_start, stat_stride, G, dG,
                                kGate && dq != nullptr ? dG + ge : nullptr};
   };
-  lesson11::launch_backward<T, kIndex, R, Keys, Rows>(
+  lesson11::launch_backward<T, kIndex, R, Keys, PackedRows<kGate>>(
       p, {q_blocks, k_blocks, q_blocks},
       {lse2, delta, qmap.order, qmap.count, qmap.tile_start, stat_stride, G, kGate ? dG + ge : nullptr}, keys, atomic_dq,
       dq_accum, per_head, int(batches), stream);
-  if constexpr (kGate) launch_scan<float, float, true>(p, dG, dG + ge, p.dgate, stream);
+  if constexpr (kGate) scan<true, float, float>(p, dG, dG + ge, p.dgate, stream);
 }
-
-constexpr int kBwd64 = lesson11::config_for(64), kBwd128 = lesson11::config_for(128);
 
 template <class T, bool kGate>
 void backward_dispatch(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
-  if (p.head_dim == 64) backward_config<T, kBwd64, kGate>(p, atomic_dq, stream);
-  else if (p.head_dim == 128) backward_config<T, kBwd128, kGate>(p, atomic_dq, stream);
+  if (p.head_dim == 64) backward_config<T, lesson11::config_for(64), kGate>(p, atomic_dq, stream);
+  else if (p.head_dim == 128) backward_config<T, lesson11::config_for(128), kGate>(p, atomic_dq, stream);
   else throw fa::InvalidArgument("lesson 12_gqa_varlen_gate: no backward configuration for head_dim " + std::to_string(p.head_dim));
 }
 

@@ -1,16 +1,11 @@
 // Your copy of this lesson, generated from solutions/12_gqa_varlen_gate/sequences.cuh by fa-skeleton.
-// Lesson 12's sequences (dense or packed), the tile map's plan, the gate's cumulative sums
-// (scan_kernel) and a block's work: what the forward and the backward kernels share. Part of
-// kernel.cu, which alone includes it (its anonymous namespace is kernel.cu's).
+// Lesson 12's sequences (dense or packed), the tile map's plan, the gate's cumulative sums and a
+// block's work: what the forward and the backward share. Part of kernel.cu, which alone includes it.
 #pragma once
 
 #include <cstdint>
 
-#include "../11_fast_backward/dkdv.cuh"
-#include "../11_fast_backward/tiles.hpp"
-#include "fa/device.cuh"
-#include "fa/mma.cuh"
-#include "fa/params.hpp"
+#include "../11_fast_backward/dkdv.cuh"  // lesson 11's kernels, fresh and check_tile_alignment
 #include "fa/tile_map.cuh"
 #include "plan.hpp"
 
@@ -26,10 +21,9 @@ const fa::TodoList kSequencesTodosLeft = {
 };
 
 // ---- Sequences ---------------------------------------------------------------------------------
-// One sequence of the batch as the kernels see it: its lengths and where its rows start. Dense
-// batches reach sequence b through the batch strides; varlen ones through the token index
-// cu_seqlens[b] times the row stride (one packed "batch").
-// (AttnParams::is_varlen() is host code: params.hpp is plain C++.)
+// Sequence b as the kernels see it: its lengths and where its rows start. Dense batches reach it
+// through the batch strides; varlen ones through its first token (cu_seqlens[b]) times the row
+// stride. (AttnParams::is_varlen() is host code: params.hpp is plain C++.)
 __device__ __forceinline__ bool is_varlen(const fa::AttnParams& p) { return p.cu_seqlens_q != nullptr; }
 struct Seq {
   bool varlen;
@@ -59,16 +53,10 @@ __device__ __forceinline__ int64_t gate_index(const fa::AttnParams& p, const Seq
   return s.varlen ? int64_t(h) * p.total_k + s.k_tok : (int64_t(s.b) * p.heads_q + h) * p.seqlen_k;
 }
 
-// Shared-memory values read where they are used (fresh, fresh_pair): lesson 11's, whose dQ pass
-// keeps its bounds so too.
-using lesson11::fresh;
-using lesson11::fresh_pair;
-
 // ---- The tile map ------------------------------------------------------------------------------
-// The map of every tile of `tile` rows of the "tiled" side (queries or keys) of every sequence,
-// heaviest first (fa/tile_map.cuh sorts them): a tile's work is how many tiles of `other_tile`
-// of the other side it meets, its bucket lesson12::bucket_of of that. heaviest_first false: packed
-// order (the variant natural: README, question 4).
+// Every tile of `tile` rows of the tiled side (queries or keys) of every sequence, heaviest first
+// (fa/tile_map.cuh sorts them; packed order without heaviest_first): a tile's work is how many
+// tiles of `other_tile` of the other side it meets, its bucket lesson12::bucket_of of that.
 static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one bucket a thread");
 __global__ void __launch_bounds__(fa::kPlanThreads)
     plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
@@ -88,7 +76,7 @@ __global__ void __launch_bounds__(fa::kPlanThreads)
 
 // ---- The gate's cumulative sums ----------------------------------------------------------------
 // G = cumsum(g) (forward) or dg = the reverse cumsum of dG = in + in2 (backward: the column and
-// the row terms), in fp64, per (sequence, head): one warp each, 32 positions per step (a shuffle
+// the row terms), in fp64, per (sequence, head): one warp each, 32 positions a step (a shuffle
 // scan), the running total carried over.
 template <bool kReverse, class In, class Out>
 __global__ void scan_kernel(const fa::AttnParams p, const In* in, const In* in2, Out* out) {
@@ -104,18 +92,18 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
   return static_cast<float>(g[at] - anchor) * fa::kLog2e;
 }
 
-// ---- Tiles and blocks --------------------------------------------------------------------------
-// The swizzled tiles assume 128-byte aligned rows (lesson11::check_tile_alignment): each kernel
-// below (and lesson 08's, which the forward runs) declares its dynamic buffer __align__(128), or
-// the forward's 96 bytes of static __shared__ bounds (PackedTiles) would put every tile row across
-// two 128-byte lines, and each cp.async row would take two shared-memory wavefronts instead of one
-// (README, "The 96 bytes", has what it costs). Rounding the pointer up at run time instead makes
-// every tile address a register, which is slower.
+// ---- Blocks ------------------------------------------------------------------------------------
+// Shared-memory values read where they are used (fresh, fresh_pair), as lesson 11's dQ pass keeps
+// its bounds. Each kernel declares its dynamic buffer __align__(128), or the forward's static
+// __shared__ bounds would shift every swizzled tile row off its 128-byte line (README, "The 96
+// bytes"); lesson11::check_tile_alignment traps if it ever is.
 using lesson11::check_tile_alignment;
+using lesson11::fresh;
+using lesson11::fresh_pair;
 
 // Which (sequence, tile) entry `e` of a grid is: varlen, entry e of the map (false past its end);
 // dense, sequence e / n_tiles, its tiles heaviest first (causal: the last query tiles, or the
-// first key tiles, are the heaviest) when last_heaviest, else in ascending order.
+// first key tiles) when last_heaviest, else in ascending order.
 __device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* map, const int* count, int e,
                                           int n_tiles, bool last_heaviest, int& b, int& tile) {
   if (is_varlen(p)) {
@@ -129,15 +117,12 @@ __device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* m
 }
 
 // A grid of (entries x heads) blocks, the entries varying fastest: the blocks running at once
-// share a head, so its K and V stay in the L2 (heads varying fastest would stream every head's
-// K and V at once), as lesson 08's grid does.
+// share a head, whose K and V stay in the L2, as in lesson 08's grid.
 __device__ __forceinline__ int entry(int heads) { return blockIdx.x % (gridDim.x / heads); }
 __device__ __forceinline__ int head(int heads) { return blockIdx.x / (gridDim.x / heads); }
 
-// A forward-style block (one query tile against the key tiles it sees, lesson 06's bounds): its
-// sequence, tile (-1: past the end of the map), the causal offset, the key tiles it visits and
-// the first that needs the mask. heaviest_first false: a dense batch's tiles in ascending order
-// (the variant natural); a varlen map carries its own order.
+// A query tile's block (lesson 06's bounds): its sequence, tile (-1: past the end of the map),
+// the causal offset, the key tiles it visits and the first that needs the mask.
 struct Block {
   Seq s;
   int tile, offset, n_full, n_tiles;

@@ -1,30 +1,21 @@
-// Lesson 12's forward: lesson 08's kernel (pipelined_kernel) over this lesson's query tiles, the
-// tile map's entries, with GQA, packed sequences and the gate (PackedTiles). Part of kernel.cu,
-// which alone includes it.
+// Lesson 12's forward: lesson 08's kernel (pipelined_kernel) over the tile map's query tiles,
+// with GQA, packed sequences and the gate (PackedTiles). Part of kernel.cu.
 #pragma once
 
 #include "../08_pipelining/attention.cuh"  // lesson 08's kernel and its DenseTiles
-#include "fa/device.cuh"
-#include "fa/mma.cuh"
-#include "fa/params.hpp"
-#include "sequences.cuh"  // and with it, lessons 08 and 11's tiles.hpp and plan.hpp
+#include "sequences.cuh"
 
 namespace {
 
-// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
-const fa::TodoList kForwardTodosLeft = {
+const fa::TodoList kForwardTodosLeft = {  // as sequences.cuh's list
     // @todos-left
 };
 
-// ---- Forward -----------------------------------------------------------------------------------
 // The query tiles of lesson 08's kernel (its DenseTiles says what a Tiles is), one block per (map
 // entry, query head): a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with
-// kGate the gate's anchored differences added to the logits (which then live in base-2 units: the
-// softmax runs with scale 1). The block's sequence and loop bounds live in shared memory, read
-// where they are used (fresh): the kernel is at the 255-register limit, and a sequence's bounds,
-// offsets and map entry kept in registers through the loop (lesson 08 keeps only a few) would
-// push the accumulators out to local memory (ptxas reports the spills).
+// kGate the gate's anchored differences added to the logits (then in base 2: the softmax runs
+// with scale 1). The block's sequence and bounds live in shared memory, read where used (fresh):
+// the kernel is at the 255-register limit, and kept in registers they would spill the accumulators.
 template <bool kGate>
 struct PackedTiles {
   struct Args {
@@ -33,20 +24,11 @@ struct PackedTiles {
     const double* G;  // the gate's cumulative sums (kGate)
     bool heaviest_first;
   };
-  // The block's sequence and bounds, in shared memory (filled by thread 0 in begin): variables of
-  // their own, not members of one struct, which ptxas allocates worse here (a spill at head dim 128).
-  __device__ static Block& blk() {
-    __shared__ Block b;
-    return b;
-  }
-  __device__ static int64_t (&starts())[4] {  // where the block's K, V, O rows and LSE entries start
-    __shared__ alignas(16) int64_t a[4];
-    return a;
-  }
-  __device__ static int4& bounds() {  // n_tiles, n_full, len_k, q0 + offset
-    __shared__ int4 l;
-    return l;
-  }
+  // Filled by thread 0 in begin: variables of their own, not members of one struct, which ptxas
+  // allocates worse here (a spill at head dim 128).
+  __device__ static Block& blk() { __shared__ Block b; return b; }
+  __device__ static int64_t (&starts())[4] { __shared__ alignas(16) int64_t a[4]; return a; }  // K, V, O, LSE
+  __device__ static int4& bounds() { __shared__ int4 l; return l; }  // n_tiles, n_full, len_k, q0 + offset
   template <class T, int kRows>
   struct Tile {
     int h;
@@ -55,8 +37,7 @@ struct PackedTiles {
     __device__ int q0() const { return fresh(blk().tile) * kRows; }
     __device__ int len_q(const fa::AttnParams&) const { return blk().s.len_q; }
     __device__ int len_k(const fa::AttnParams&) const { return fresh(blk().s.len_k); }
-    // The whole int4 in one 16-byte read: with a 4-byte read of n_tiles alone, ptxas spills at
-    // head dim 128.
+    // The whole int4 in one read: a 4-byte read of n_tiles alone spills at head dim 128.
     __device__ int n_tiles() const { return fresh(bounds()).x; }
     __device__ int n_full() const { return fresh(blk().n_full); }
     __device__ const T* q(const fa::AttnParams& p) const { return static_cast<const T*>(p.q) + q_offset(p.q_stride, blk().s, h); }
@@ -67,11 +48,10 @@ struct PackedTiles {
     }
     __device__ T* o(const fa::AttnParams& p) const { return static_cast<T*>(p.o) + fresh(starts()[2]); }
     __device__ float* lse(const fa::AttnParams& p) const { return p.lse + fresh(starts()[3]); }
-    // One read of the bound a call (a sub-tile): causal, lim = q0 + offset, and key col is masked
-    // past row + offset (rows r from the tile's first: col > lim + r); otherwise lim = len_k. A
-    // single register: the int4 whole does not fit beside 128 keys of S. Causal, row + offset is
-    // below len_k for every row of the sequence (rows past len_q are zeros, never stored), so the
-    // tail needs no test of its own (and the one test fewer keeps the kernel within its registers).
+    // One bound a call (the int4 whole does not fit beside 128 keys of S): causal, lim = q0 +
+    // offset, key col masked past row + offset (col > lim + r); else lim = len_k. Causal, row +
+    // offset < len_k for every row (rows past len_q are never stored), so the tail needs no test
+    // (one test fewer keeps the kernel within its registers).
     template <int kWarpRows, int kMT, int kNT>
     __device__ void mask(const fa::AttnParams& p, float (&sacc)[kMT][kNT][4], int col0, int warp, int lane) const {
       const int lim = p.causal ? fresh(bounds().w) : fresh(bounds().z);
@@ -116,8 +96,8 @@ struct PackedTiles {
       }
     }
   };
-  // The gate's terms of a thread's rows: G of the (sequence, head), the tile's anchor, its rows'
-  // anchored differences qg. add() makes S the base-2 logits S scale log2(e) + qg - kg.
+  // The gate's terms of a thread's rows (G of the (sequence, head), the tile's anchor, the rows'
+  // anchored differences qg): add() makes S the base-2 logits S scale log2(e) + qg - kg.
   template <int kMT>
   struct Terms {
     const double* gh;
