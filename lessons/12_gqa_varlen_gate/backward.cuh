@@ -8,7 +8,7 @@
 
 namespace {
 
-const fa::TodoList kBackwardTodosLeft = {  // as sequences.cuh's list
+const fa::TodoList kBackwardTodosLeft = {  // delete an entry when its code is written (sequences.cuh)
     "TODO(18) in backward.cuh: kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below",
     "TODO(19) in backward.cuh: add this step's dS to the column sums: each thread's values of keys g and g + 8",
     "TODO(20) in backward.cuh: the row sums: each thread's values of one column (query row r0 + nt 8 + 2 t +",
@@ -125,7 +125,7 @@ struct PackedKeys {
   __device__ static void start_tile(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int it, int buf,
                                     int warp, int lane, float (&kg)[kKT][2]) {
     if constexpr (kAtomicDq) {
-      // The previous iteration's tile (iters() says which).
+      // The previous iteration's tile, from iters: its tile_of slot now holds the next load's.
       const int4 n = fresh(blk.iters);
       if (it > 0) flush_rows(p, a, blk, x, n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, (it & 1) ^ 1);
     }
@@ -174,7 +174,7 @@ struct PackedKeys {
 
 // The query tiles of lesson 11's preprocess and dQ pass: one block per (map entry, query head),
 // kStatRows rows. With the gate the preprocess folds the row's anchored G difference into its
-// LSE2 (row_term), the loops add the key's (keys), and the dQ pass stores dG's row terms.
+// LSE2 (row_term), so the loops add only the key's (keys), and the dQ pass stores dG's row terms.
 template <bool kGateOn>
 struct PackedRows {
   static constexpr bool kGate = kGateOn;

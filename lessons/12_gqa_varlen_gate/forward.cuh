@@ -8,7 +8,7 @@
 
 namespace {
 
-const fa::TodoList kForwardTodosLeft = {  // as sequences.cuh's list
+const fa::TodoList kForwardTodosLeft = {  // delete an entry when its code is written (sequences.cuh)
     "TODO(15) in forward.cuh: x.anchor = G at lesson12::gate_anchor, and x.qg = gate_diff at each of this",
     "TODO(16) in forward.cuh: the logits in base 2 with the gate: sacc = sacc * scale * log2(e) + qg - kg,",
 };
@@ -50,10 +50,10 @@ struct PackedTiles {
     }
     __device__ T* o(const fa::AttnParams& p) const { return static_cast<T*>(p.o) + fresh(starts()[2]); }
     __device__ float* lse(const fa::AttnParams& p) const { return p.lse + fresh(starts()[3]); }
-    // One bound a call (the int4 whole does not fit beside 128 keys of S): causal, lim = q0 +
-    // offset, key col masked past row + offset (col > lim + r); else lim = len_k. Causal, row +
-    // offset < len_k for every row (rows past len_q are never stored), so the tail needs no test
-    // (one test fewer keeps the kernel within its registers).
+    // One read of the bound a call (the int4 whole does not fit beside 128 keys of S): causal,
+    // lim = q0 + offset, key col masked when col > lim + r (r: the row from the tile's first);
+    // else lim = len_k. Causal, row + offset < len_k for every row (rows past len_q are never
+    // stored), so the tail needs no test (one test fewer keeps the kernel within its registers).
     template <int kWarpRows, int kMT, int kNT>
     __device__ void mask(const fa::AttnParams& p, float (&sacc)[kMT][kNT][4], int col0, int warp, int lane) const {
       const int lim = p.causal ? fresh(bounds().w) : fresh(bounds().z);

@@ -10,8 +10,8 @@
 
 namespace {
 
-// Each entry is a TODO of this file you have not written yet; the tests stop at the first one
-// with "lesson 12 not implemented yet: <it>". Delete an entry when you have written its code.
+// Each entry is a TODO of this file you have not written yet; the tests stop at the lowest left in
+// any of the lesson's files ("lesson 12 not implemented yet: <it>"). Delete it when it is written.
 const fa::TodoList kSequencesTodosLeft = {
     // @todos-left
 };
@@ -122,9 +122,9 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 
 // ---- Blocks ------------------------------------------------------------------------------------
 // Shared-memory values read where they are used (fresh, fresh_pair), as lesson 11's dQ pass keeps
-// its bounds. Each kernel declares its dynamic buffer __align__(128), or the forward's static
-// __shared__ bounds would shift every swizzled tile row off its 128-byte line (README, "The 96
-// bytes"); lesson11::check_tile_alignment traps if it ever is.
+// its bounds. Lessons 08's and 11's kernels declare their dynamic buffer __align__(128), or this
+// lesson's static __shared__ bounds would shift every swizzled tile row off its 128-byte line
+// (README, "The 96 bytes"); lesson11::check_tile_alignment traps if it ever is.
 using lesson11::check_tile_alignment;
 using lesson11::fresh;
 using lesson11::fresh_pair;
