@@ -65,12 +65,10 @@ struct PackedKeys {
   // by per_head and no register held.
   __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
   __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
-  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) {
-    return fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
-  }
+  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) { return head_row(blk, buf); }
+  __device__ static int2 head_row(const Block& blk, int buf) { return fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])); }
   __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
-    return lesson11::next_query_tile<kRows>(fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])), fresh(blk.bounds.x),
-                                            fresh(blk.iters.z));
+    return lesson11::next_query_tile<kRows>(head_row(blk, buf), fresh(blk.bounds.x), fresh(blk.iters.z));
   }
   __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return fresh(blk.iters); }
   __device__ static int4 bounds(const fa::AttnParams&, const Block& blk) { return fresh(blk.bounds); }
@@ -85,13 +83,11 @@ struct PackedKeys {
   __device__ static int64_t gate_at(const fa::AttnParams& p, const Block& blk, int h) {
     return fresh(blk.origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k);
   }
-  __device__ static longlong2 keys(const fa::AttnParams& p, const Block& blk) {
+  __device__ static longlong2 keys(const fa::AttnParams& p, const Block& blk) { return kv_rows(p.k_stride, p.v_stride, blk); }
+  __device__ static longlong2 grads(const fa::AttnParams& p, const Block& blk) { return kv_rows(p.dk_stride, p.dv_stride, blk); }
+  __device__ static longlong2 kv_rows(const fa::Strides& a, const fa::Strides& b, const Block& blk) {
     const int hk = fresh(blk.hk);
-    return make_longlong2(k_offset(p.k_stride, blk.s, hk), k_offset(p.v_stride, blk.s, hk));
-  }
-  __device__ static longlong2 grads(const fa::AttnParams& p, const Block& blk) {
-    const int hk = fresh(blk.hk);
-    return make_longlong2(k_offset(p.dk_stride, blk.s, hk), k_offset(p.dv_stride, blk.s, hk));
+    return make_longlong2(k_offset(a, blk.s, hk), k_offset(b, blk.s, hk));
   }
 
   // ---- The gate's hooks (kGate) ----
@@ -130,7 +126,7 @@ struct PackedKeys {
       if (it > 0) flush_rows(p, a, blk, x, n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, (it & 1) ^ 1);
     }
     const int4 bd = fresh(blk.bounds);
-    const int2 tile = fresh(reinterpret_cast<const int2&>(blk.tile_of[buf]));
+    const int2 tile = head_row(blk, buf);
     const int len_q = bd.x, len_k = bd.y, k0 = bd.w, h = tile.x, q0 = tile.y, g = lane / 4;
     const double* gh = a.G + gate_at(p, blk, h);
     // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
@@ -165,7 +161,7 @@ struct PackedKeys {
       const int n_iter = fresh(blk.iters.x), last = (n_iter - 1) & 1;
       if (n_iter > 0) {
         __syncthreads();
-        const int2 tile = fresh(reinterpret_cast<const int2&>(blk.tile_of[last]));
+        const int2 tile = head_row(blk, last);
         flush_rows(p, a, blk, x, tile.x, tile.y, last);
       }
     }
