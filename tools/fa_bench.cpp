@@ -386,6 +386,7 @@ std::string validate_backward_head(const fa::Problem& problem, const fa::AttnPar
   fa::ref::SampledGradients want;
   want.dk.assign(krows.size() * D, 0.0);
   want.dv.assign(krows.size() * D, 0.0);
+  want.dk_cancel.assign(krows.size() * D, 0.0);
   for (int h2 = hk * group; h2 < (hk + 1) * group; ++h2) {  // dK and dV: every query head of the group
     const fa::ref::Inputs in{seq_values(p, x.q, p.heads_q, s, h2), k, v, seq_gate(p, gate, s, h2)};
     const bool mine = h2 == h;
@@ -393,7 +394,6 @@ std::string validate_backward_head(const fa::Problem& problem, const fa::AttnPar
         prob, in, seq_values(p, x.dout, p.heads_q, s, h2), seq_values(p, x.o, p.heads_q, s, h2),
         device_floats(static_cast<const float*>(x.lse.data()), row_index(p, s, h2), len), mine ? qrows : std::vector<int>{}, krows,
         mine ? dg_last : 0);
-    want.dk_cancel.resize(one.dk_cancel.size());
     for (size_t e = 0; e < one.dk.size(); ++e) {
       want.dk[e] += one.dk[e];
       want.dv[e] += one.dv[e];
