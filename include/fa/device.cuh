@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include "fa/params.hpp"
 
@@ -61,6 +63,14 @@ __device__ __forceinline__ void tile_count_visit(const AttnParams& p, int64_t wo
 }
 // The work tile of a block of a (tiles, heads) grid.
 __device__ __forceinline__ int64_t block_work() { return int64_t(blockIdx.y) * gridDim.x + blockIdx.x; }
+
+// A configuration chosen at run time, compiled as a template: calls f(std::integral_constant<int,
+// i>{}) for the i of kIs equal to `index` (f's argument is then a constant expression); false if
+// none is.
+template <int... kIs, class F>
+bool dispatch_index(int index, std::integer_sequence<int, kIs...>, F&& f) {
+  return ((index == kIs && (f(std::integral_constant<int, kIs>{}), true)) || ...);
+}
 
 }  // namespace fa
 

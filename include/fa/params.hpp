@@ -74,6 +74,9 @@ struct AttnParams {
   int* tile_counts = nullptr;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  // The rows of one head on the q side (q, o, dout, dq) and on the k side: batch x seqlen, or packed.
+  int64_t tokens_q() const { return is_varlen() ? total_q : int64_t(batch) * seqlen_q; }
+  int64_t tokens_k() const { return is_varlen() ? total_k : int64_t(batch) * seqlen_k; }
 };
 
 // A tile_counts record: {tiles visited, the work tile's first row (or key), its rows (or keys),

@@ -32,11 +32,6 @@ void launch_config(const fa::AttnParams& p, cudaStream_t stream) {
   lesson08::launch<T, kIndex>(p, grid, {}, stream);
 }
 
-template <class T, int... kIndex>
-void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::integer_sequence<int, kIndex...>) {
-  ((index == kIndex ? launch_config<T, kIndex>(p, stream) : void()), ...);
-}
-
 // Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
 // config_for's, checked here (a line added to kConfigs moves the indices config_for names).
 void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
@@ -45,8 +40,9 @@ void run_config(const fa::AttnParams& p, int index, cudaStream_t stream) {
   if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 08_pipelining: tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
-  FA_DISPATCH_DTYPE(p.dtype, T,
-                    launch_index<T>(p, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{}));
+  FA_DISPATCH_DTYPE(p.dtype, T, fa::dispatch_index(index, std::make_integer_sequence<int, lesson08::kNumConfigs>{}, [&](auto i) {
+    launch_config<T, i>(p, stream);
+  }));
 }
 
 // Variant 0 runs the configuration config_for picks for this GPU and head dim; variant i + 1 runs

@@ -145,9 +145,10 @@ void launch_attention(const fa::AttnParams& p, cudaStream_t stream) {
   lesson08::launch<T, kIndex, Loads>(p, grid, {}, stream);
 }
 
-template <class T, bool kRope, int... kIndex>
-void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream, std::integer_sequence<int, kIndex...>) {
-  ((index == kIndex ? launch_attention<T, kIndex, kRope>(p, stream) : void()), ...);
+template <class T, bool kRope>
+void launch_index(const fa::AttnParams& p, int index, cudaStream_t stream) {
+  const auto all = std::make_integer_sequence<int, lesson08::kNumConfigs>{};
+  fa::dispatch_index(index, all, [&](auto i) { launch_attention<T, i, kRope>(p, stream); });
 }
 
 // Rotate-outside: rope_kernel writes rotated Q and K, then the attention kernel without RoPE.
@@ -168,7 +169,7 @@ void rotate_then_attend(const fa::AttnParams& p, int index, cudaStream_t stream)
   r.q_stride = {int64_t(p.heads_q) * p.seqlen_q * D, int64_t(p.seqlen_q) * D, D};
   r.k_stride = {int64_t(p.heads_kv) * p.seqlen_k * D, int64_t(p.seqlen_k) * D, D};
   r.rope_cos = r.rope_sin = nullptr;
-  launch_index<T, false>(r, index, stream, std::make_integer_sequence<int, lesson08::kNumConfigs>{});
+  launch_index<T, false>(r, index, stream);
 }
 
 // The lesson's variants: the RoPE path and the tiles (README, "The experiment").
@@ -187,12 +188,11 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   if (index < 0 || index >= lesson08::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 09_rope_fusion: lesson 08's tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
-  const auto seq = std::make_integer_sequence<int, lesson08::kNumConfigs>{};
   FA_DISPATCH_DTYPE(p.dtype, T, {
     if (p.rope_cos == nullptr) {
-      launch_index<T, false>(p, index, stream, seq);
+      launch_index<T, false>(p, index, stream);
     } else if (p.variant != kOutside) {
-      launch_index<T, true>(p, index, stream, seq);
+      launch_index<T, true>(p, index, stream);
     } else if (p.head_dim == 64) {
       rotate_then_attend<T, 64>(p, index, stream);
     } else {

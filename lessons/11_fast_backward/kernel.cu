@@ -33,78 +33,33 @@ using lesson11::Config;
 using lesson11::kConfigs;
 // The key tiles of the dK/dV kernel (dkdv.cuh's dkdv_kernel): block (x, y) takes key tile x of
 // (batch, kv head) y, and with grouped-query heads visits the query tiles of every head of its
-// group. All of it follows from the block index and the parameters; what the key loop reads at
-// every iteration (the iterations, where the rows start) thread 0 computes once into shared memory,
-// as lesson 12 does: derived at every use, it adds integer arithmetic to every step of the loop.
+// group. Thread 0 computes its KeyTile once from the block index and the parameters: derived at
+// every use, the bounds and where the rows start add integer arithmetic to every step of the loop.
 template <int kKeysT, int kRowsT>
 struct DenseKeys {
   static constexpr int kKeys = kKeysT, kRows = kRowsT;
   static constexpr bool kGate = false;
-  struct Args {
-    const float *lse2, *delta;
-    float* dq_accum;
-    int padded;  // statistics' rows per (batch, head)
-  };
-  struct Block {
-    int2 tile_of[2];  // per buffer: its query tile's h and q0
-    int4 iters;       // iters() below, once
-    // Where head 0's rows start in Q and dO, its statistics and its fp32 dQ sums (head h: + h
-    // heads' strides), computed once by thread 0 rather than at every use.
-    alignas(16) int64_t origin[4];
-  };
+  using Args = lesson11::KeyArgs;
+  using Block = lesson11::KeyTile;
   struct Sums {};
   __device__ static bool begin(const fa::AttnParams& p, const Args& a, Block& blk) {
-    const int b = batch(p);
-    blk.iters = iters_of(p);
+    const int b = blockIdx.y / p.heads_kv, hk = blockIdx.y % p.heads_kv, group = p.heads_q / p.heads_kv;
+    const int k0 = blockIdx.x * kKeys, offset = p.seqlen_k - p.seqlen_q;
+    // The query tiles the key tile visits, for each head of the group: from the first that sees
+    // any of its keys (causal) to the last.
+    const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
+    const int per_head = max(0, fa::ceil_div(p.seqlen_q, kRows) - first);
+    blk.iters = make_int4(per_head * group, per_head, first, hk * group);
+    blk.bounds = make_int4(p.seqlen_q, p.seqlen_k, offset, k0);
     blk.origin[0] = b * p.q_stride.batch;
     blk.origin[1] = b * p.do_stride.batch;
-    blk.origin[2] = int64_t(b) * p.heads_q * a.padded;
-    blk.origin[3] = int64_t(b) * p.heads_q * p.seqlen_q;
+    blk.origin[2] = int64_t(b) * p.heads_q * a.stat_stride;
+    blk.origin[3] = int64_t(b) * p.heads_q * a.accum_stride;
+    blk.kv[0] = b * p.k_stride.batch + hk * p.k_stride.head;
+    blk.kv[1] = b * p.v_stride.batch + hk * p.v_stride.head;
+    blk.grads[0] = b * p.dk_stride.batch + hk * p.dk_stride.head;
+    blk.grads[1] = b * p.dv_stride.batch + hk * p.dv_stride.head;
     return true;
-  }
-  __device__ static int batch(const fa::AttnParams& p) { return blockIdx.y / p.heads_kv; }
-  __device__ static int kv_head(const fa::AttnParams& p) { return blockIdx.y % p.heads_kv; }
-  __device__ static int4 bounds(const fa::AttnParams& p, const Block&) {
-    return make_int4(p.seqlen_q, p.seqlen_k, p.seqlen_k - p.seqlen_q, blockIdx.x * kKeys);
-  }
-  // The query tiles the key tile visits, for each head of the group: from the first that sees any
-  // of its keys (causal) to the last.
-  __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return lesson11::fresh(blk.iters); }
-  __device__ static int4 iters_of(const fa::AttnParams& p) {
-    const int group = p.heads_q / p.heads_kv;
-    const int first = lesson11::first_query_tile(blockIdx.x * kKeys, p.seqlen_k - p.seqlen_q, kRows, p.causal);
-    const int per_head = max(0, fa::ceil_div(p.seqlen_q, kRows) - first);
-    return make_int4(per_head * group, per_head, first, kv_head(p) * group);
-  }
-  // The query tiles of the two buffers travel with them: thread 0 writes a buffer's h and q0 as its
-  // loads start (loading), and the kernel reads them back (tile, a plain read the compiler may keep
-  // in a register) and derives the rest from the parameters (which cost no register).
-  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) {
-    blk.tile_of[buf] = make_int2(tile.x, tile.y);
-  }
-  __device__ static int4 tile(const fa::AttnParams& p, const Block& blk, int, int buf) {
-    const int2 t = blk.tile_of[buf];
-    return lesson11::query_tile<kKeys>(t.x, t.y, bounds(p, blk), p.causal);
-  }
-  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) { return blk.tile_of[buf]; }
-  // The query tile after buffer buf's: the head's next one, or the first of the next head.
-  __device__ static int2 next(const fa::AttnParams& p, const Block& blk, int, int buf) {
-    return lesson11::next_query_tile<kRows>(lesson11::fresh(blk.tile_of[buf]), p.seqlen_q, iters(p, blk).z);
-  }
-  __device__ static longlong2 rows(const fa::AttnParams&, const Block& blk) { return lesson11::fresh_pair(blk.origin); }
-  __device__ static int64_t stats(const fa::AttnParams&, const Args& a, const Block& blk, int h) {
-    return lesson11::fresh(blk.origin[2]) + int64_t(h) * a.padded;
-  }
-  __device__ static int64_t accum(const fa::AttnParams& p, const Block& blk, int h) {
-    return lesson11::fresh(blk.origin[3]) + int64_t(h) * p.seqlen_q;
-  }
-  __device__ static longlong2 keys(const fa::AttnParams& p, const Block&) {
-    return make_longlong2(batch(p) * p.k_stride.batch + kv_head(p) * p.k_stride.head,
-                          batch(p) * p.v_stride.batch + kv_head(p) * p.v_stride.head);
-  }
-  __device__ static longlong2 grads(const fa::AttnParams& p, const Block&) {
-    return make_longlong2(batch(p) * p.dk_stride.batch + kv_head(p) * p.dk_stride.head,
-                          batch(p) * p.dv_stride.batch + kv_head(p) * p.dv_stride.head);
   }
 };
 
@@ -113,10 +68,7 @@ struct DenseKeys {
 // bounds of its key loop.
 struct DenseRows {
   static constexpr bool kGate = false;
-  struct Args {
-    float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
-    int padded;  // statistics' rows per (batch, head)
-  };
+  using Args = lesson11::RowArgs;
   struct Gate {};  // no gate
   struct Keys {};
   __device__ static Keys keys(const Args&, const Gate&) { return {}; }
@@ -137,7 +89,7 @@ struct DenseRows {
     t.dq = b * p.dq_stride.batch + h * p.dq_stride.head;
     t.o = b * p.o_stride.batch + h * p.o_stride.head;
     t.lse = int64_t(bh) * p.seqlen_q;
-    t.stats = int64_t(bh) * a.padded;
+    t.stats = int64_t(bh) * a.stat_stride;
     t.loop = make_int4(k_end > 0 ? fa::ceil_div(k_end, keys) : 0, n_full, p.seqlen_k, q0 + offset);
     t.tile = tile;
     t.len_q = p.seqlen_q;
@@ -162,14 +114,9 @@ void run(const fa::AttnParams& p, bool atomic_dq, cudaStream_t stream) {
   constexpr int kPreRows = 64;  // a divisor of padded's 128
   const lesson11::Grids grids{dim3(padded / kPreRows, bh), dim3(fa::ceil_div(p.seqlen_k, c.keys), p.batch * p.heads_kv),
                               dim3(fa::ceil_div(p.seqlen_q, 16 * kDqWarps), bh)};
-  auto keys = [&](float* dq) { return typename Keys::Args{lse2, delta, dq, padded}; };
+  auto keys = [&](float* dq) { return lesson11::KeyArgs{lse2, delta, dq, padded, p.seqlen_q}; };
   lesson11::launch_backward<T, kIndex, kPreRows, Keys, DenseRows>(p, grids, {lse2, delta, padded}, keys, atomic_dq, dq_accum,
                                                                   p.seqlen_q, p.batch, stream);
-}
-
-template <class T, int... kIndex>
-void run_index(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t stream, std::integer_sequence<int, kIndex...>) {
-  ((index == kIndex ? run<T, kIndex>(p, atomic_dq, stream) : void()), ...);
 }
 
 // Runs configuration `index` of kConfigs: a variant's (the runtime checked its head dim) or
@@ -181,8 +128,9 @@ void run_config(const fa::AttnParams& p, int index, bool atomic_dq, cudaStream_t
   if (index < 0 || index >= lesson11::kNumConfigs || kConfigs[index].head_dim != p.head_dim)
     throw fa::InvalidArgument("lesson 11_fast_backward: tiles.hpp has no configuration " + std::to_string(index) +
                               " for head_dim " + std::to_string(p.head_dim));
-  FA_DISPATCH_DTYPE(p.dtype, T,
-                    run_index<T>(p, index, atomic_dq, stream, std::make_integer_sequence<int, lesson11::kNumConfigs>{}));
+  FA_DISPATCH_DTYPE(p.dtype, T, fa::dispatch_index(index, std::make_integer_sequence<int, lesson11::kNumConfigs>{}, [&](auto i) {
+    run<T, i>(p, atomic_dq, stream);
+  }));
 }
 
 // The variants (fa_lesson_11 below): 0 "atomic" and 1 "pass" on config_for's configuration, then

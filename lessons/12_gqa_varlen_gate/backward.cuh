@@ -17,39 +17,28 @@ const fa::TodoList kBackwardTodosLeft = {  // delete an entry when its code is w
 };
 
 // The key tiles of lesson 11's dK/dV kernel (dkdv.cuh says what it asks of them): one block per
-// (map entry, kv head); it visits the query tiles of every head of its group. Its sequence and
-// bounds live in shared memory, read where used (fresh): the kernel is at the 255-register limit.
-// With kGate the logits get the keys' anchored G differences (the rows' are in LSE2), and each
-// key's column sum of dS (per query head) is stored, negated, as dG (the hooks below).
+// (map entry, kv head), its KeyTile from its sequence; it visits the query tiles of every head of
+// its group. With kGate the logits get the keys' anchored G differences (the rows' are in LSE2),
+// and each key's column sum of dS (per query head) is stored, negated, as dG (the hooks below).
 template <int kKeysT, int kRowsT, bool kGateOn>
 struct PackedKeys {
   static constexpr int kKeys = kKeysT, kRows = kRowsT;
   static constexpr bool kGate = kGateOn;
   static_assert(kRows == lesson12::kStatRows, "the statistics and the gate's anchors are per tile of kStatRows rows");
-  struct Args {
-    const float *lse2, *delta;
-    float* dq_accum;
+  struct Args : lesson11::KeyArgs {
     const int2* kmap;
     const int *kcount, *qtile_start;
-    int64_t stat_stride;
     const double* G;
     float *dG, *dG_rows;  // the gate's column terms of dG (dkdv), and its row terms (atomic dQ)
   };
-  struct Block {
-    int4 iters;   // n_iter, per_head, first, hk * group
-    int4 bounds;  // len_q, len_k, offset, k0
-    int4 tile_of[2];  // per buffer: its query tile's h, q0, masked, bound (tile)
-    alignas(16) int64_t origin[5];  // head 0's first row in Q, dO, the statistics, the dQ sums, G
-    Seq s;
-    int hk;
+  struct Block : lesson11::KeyTile {
+    int64_t gate;  // query head 0's first position in G and dG
   };
   __device__ static bool begin(const fa::AttnParams& p, const Args& a, Block& blk) {
     int b = 0, ktile = -1;
-    if (!work_item(p, a.kmap, a.kcount, entry(p.heads_kv), fa::ceil_div(p.seqlen_k, kKeys), false, b, ktile)) return false;
+    if (!work_item(a.kmap, a.kcount, entry(p.heads_kv), b, ktile)) return false;
     const Seq sq = sequence(p, b);
     const int k0 = ktile * kKeys, offset = sq.len_k - sq.len_q, hk = head(p.heads_kv), group = p.heads_q / p.heads_kv;
-    blk.s = sq;
-    blk.hk = hk;
     const int first = lesson11::first_query_tile(k0, offset, kRows, p.causal);
     const int per_head = max(0, fa::ceil_div(sq.len_q, kRows) - first);
     blk.iters = make_int4(per_head * group, per_head, first, hk * group);
@@ -58,44 +47,23 @@ struct PackedKeys {
     blk.origin[1] = q_offset(p.do_stride, sq, 0);
     blk.origin[2] = lesson12::stat_row(sq.varlen, b, 0, 0, p.heads_q, a.stat_stride, sq.varlen ? a.qtile_start[b] : 0);
     blk.origin[3] = lse_index(p, sq, 0);
-    blk.origin[4] = gate_index(p, sq, 0);
+    blk.kv[0] = k_offset(p.k_stride, sq, hk);
+    blk.kv[1] = k_offset(p.v_stride, sq, hk);
+    blk.grads[0] = k_offset(p.dk_stride, sq, hk);
+    blk.grads[1] = k_offset(p.dv_stride, sq, hk);
+    blk.gate = gate_index(p, sq, 0);
     return true;
   }
-  // Each buffer's query tile travels with it (thread 0 writes it as its loads start): no division
-  // by per_head and no register held.
-  __device__ static void loading(const fa::AttnParams&, Block& blk, int buf, int4 tile) { blk.tile_of[buf] = tile; }
-  __device__ static int4 tile(const fa::AttnParams&, const Block& blk, int, int buf) { return fresh(blk.tile_of[buf]); }
-  __device__ static int2 head_row(const fa::AttnParams&, const Block& blk, int, int buf) { return head_row(blk, buf); }
-  __device__ static int2 head_row(const Block& blk, int buf) { return fresh(reinterpret_cast<const int2&>(blk.tile_of[buf])); }
-  __device__ static int2 next(const fa::AttnParams&, const Block& blk, int, int buf) {
-    return lesson11::next_query_tile<kRows>(head_row(blk, buf), fresh(blk.bounds.x), fresh(blk.iters.z));
-  }
-  __device__ static int4 iters(const fa::AttnParams&, const Block& blk) { return fresh(blk.iters); }
-  __device__ static int4 bounds(const fa::AttnParams&, const Block& blk) { return fresh(blk.bounds); }
-  __device__ static longlong2 rows(const fa::AttnParams&, const Block& blk) { return fresh_pair(blk.origin); }
-  // Head h's: origin plus h heads' strides.
-  __device__ static int64_t stats(const fa::AttnParams&, const Args& a, const Block& blk, int h) {
-    return fresh(blk.origin[2]) + h * a.stat_stride;
-  }
-  __device__ static int64_t accum(const fa::AttnParams& p, const Block& blk, int h) {
-    return fresh(blk.origin[3]) + h * int64_t(is_varlen(p) ? p.total_q : p.seqlen_q);
-  }
-  __device__ static int64_t gate_at(const fa::AttnParams& p, const Block& blk, int h) {
-    return fresh(blk.origin[4]) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k);
-  }
-  __device__ static longlong2 keys(const fa::AttnParams& p, const Block& blk) { return kv_rows(p.k_stride, p.v_stride, blk); }
-  __device__ static longlong2 grads(const fa::AttnParams& p, const Block& blk) { return kv_rows(p.dk_stride, p.dv_stride, blk); }
-  __device__ static longlong2 kv_rows(const fa::Strides& a, const fa::Strides& b, const Block& blk) {
-    const int hk = fresh(blk.hk);
-    return make_longlong2(k_offset(a, blk.s, hk), k_offset(b, blk.s, hk));
+  __device__ static int64_t gate_at(const fa::AttnParams& p, const Block& blk, int h) {  // head h's: + h heads
+    return fresh(blk.gate) + h * int64_t(is_varlen(p) ? p.total_k : p.seqlen_k);
   }
 
   // ---- The gate's hooks (kGate) ----
   // The column sums of dS of the block's keys for the current query head, one lane each (t == 0
   // of the quad holding the key's row of S^T), in shared memory (dK and dV fill the registers).
   // With atomic dQ also the row sums of the query tile, two buffers: iteration it adds to buffer
-  // it % 2 while the other is flushed with atomics (other key tiles add to the same rows). In the
-  // deterministic mode the dQ pass sums the rows (it owns them).
+  // it % 2 while the other is flushed with atomics (other key tiles add to the same rows); else
+  // the dQ pass sums the rows (it owns them).
   struct Sums {
     float colsum[kGate ? kKeys : 1];
     float rowsum[2][kGate ? kRows : 1];
@@ -105,28 +73,22 @@ struct PackedKeys {
     for (int i = threadIdx.x; i < kKeys; i += kThreads) x.colsum[i] = 0.f;
     for (int r = threadIdx.x; r < 2 * kRows; r += kThreads) x.rowsum[r / kRows][r % kRows] = 0.f;
   }
-  // Adds buffer `buf` (query head h's rows from q0) to dG's row terms and clears it (after a barrier).
-  __device__ static void flush_rows(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int h, int q0, int buf) {
-    const int i = threadIdx.x;
-    if (i < kRows) {
-      const int4 bd = fresh(blk.bounds);
-      const int row = q0 + i, pos = row + bd.z;
-      if (row < bd.x && pos >= 0) atomicAdd(a.dG_rows + gate_at(p, blk, h) + pos, x.rowsum[buf][i]);
-      x.rowsum[buf][i] = 0.f;
-    }
+  // Adds iteration j's row sums (buffer j % 2) to dG's row terms and clears them, after a barrier.
+  __device__ static void flush_rows(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int j) {
+    const int4 n = fresh(blk.iters), bd = fresh(blk.bounds);
+    const int i = threadIdx.x, row = (n.z + j % n.y) * kRows + i, pos = row + bd.z;  // iteration j's tile (iters)
+    if (i >= kRows) return;
+    if (row < bd.x && pos >= 0) atomicAdd(a.dG_rows + gate_at(p, blk, n.w + j / n.y) + pos, x.rowsum[j & 1][i]);
+    x.rowsum[j & 1][i] = 0.f;
   }
   // At iteration it's start (after its barrier, no fragment live): the previous iteration's row
   // sums flushed, and this thread's keys' terms kg of the logits for the query tile in buffer buf.
   template <bool kAtomicDq, int kKT>
   __device__ static void start_tile(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int it, int buf,
                                     int warp, int lane, float (&kg)[kKT][2]) {
-    if constexpr (kAtomicDq) {
-      // The previous iteration's tile, from iters: its tile_of slot now holds the next load's.
-      const int4 n = fresh(blk.iters);
-      if (it > 0) flush_rows(p, a, blk, x, n.w + (it - 1) / n.y, (n.z + (it - 1) % n.y) * kRows, (it & 1) ^ 1);
-    }
+    if (kAtomicDq && it > 0) flush_rows(p, a, blk, x, it - 1);
     const int4 bd = fresh(blk.bounds);
-    const int2 tile = head_row(blk, buf);
+    const int2 tile = blk.head_row(buf);
     const int len_q = bd.x, len_k = bd.y, k0 = bd.w, h = tile.x, q0 = tile.y, g = lane / 4;
     const double* gh = a.G + gate_at(p, blk, h);
     // TODO(18): kg[kt][hh] = gate_diff of key k0 + 16 (kKT warp + kt) + g + 8 hh (if below
@@ -154,17 +116,13 @@ struct PackedKeys {
     // TODO(21): after the last query tile of head h, the same lanes store dG = -colsum for their
     //   keys below len_k and set colsum back to 0 for the next head.
   }
-  // After the loop: the last iteration's row sums (its tile in buffer (n_iter - 1) % 2).
+  // After the loop: the last iteration's row sums.
   template <bool kAtomicDq>
   __device__ static void finish(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x) {
-    if constexpr (kAtomicDq) {
-      const int n_iter = fresh(blk.iters.x), last = (n_iter - 1) & 1;
-      if (n_iter > 0) {
-        __syncthreads();
-        const int2 tile = head_row(blk, last);
-        flush_rows(p, a, blk, x, tile.x, tile.y, last);
-      }
-    }
+    const int n_iter = kAtomicDq ? fresh(blk.iters.x) : 0;
+    if (n_iter == 0) return;
+    __syncthreads();
+    flush_rows(p, a, blk, x, n_iter - 1);
   }
 };
 
@@ -174,11 +132,9 @@ struct PackedKeys {
 template <bool kGateOn>
 struct PackedRows {
   static constexpr bool kGate = kGateOn;
-  struct Args {
-    float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
+  struct Args : lesson11::RowArgs {
     const int2* qmap;
     const int *qcount, *qtile_start;
-    int64_t stat_stride;
     const double* G;
     float* dG_rows;
   };
@@ -196,10 +152,7 @@ struct PackedRows {
       if (c + 1 < len_k) kg[1] = gate_diff(gh, c + 1, anchor);
     }
   };
-  __device__ static Keys keys(const Args& a, const Gate& gate) {
-    if constexpr (kGate) return {a.G + fresh(gate.at), fresh(gate.anchor)};
-    return {nullptr, 0.0};
-  }
+  __device__ static Keys keys(const Args& a, const Gate& g) { return kGate ? Keys{a.G + fresh(g.at), fresh(g.anchor)} : Keys{}; }
   __device__ static void begin(const fa::AttnParams& p, const Args& a, int rows, int keys, lesson11::QueryTile& t, Gate& gate) {
     const int h = head(p.heads_q);
     const Block k = block_of(p, a.qmap, a.qcount, entry(p.heads_q), rows, keys);

@@ -15,16 +15,15 @@ const fa::TodoList kForwardTodosLeft = {  // delete an entry when its code is wr
 
 // The query tiles of lesson 08's kernel (its DenseTiles says what a Tiles is), one block per (map
 // entry, query head): a sequence's bounds in place of seqlen_q/seqlen_k, GQA's K/V head, and with
-// kGate the gate's anchored differences added to the logits (then in base 2: the softmax runs
-// with scale 1). The block's sequence and bounds live in shared memory, read where used (fresh):
-// the kernel is at the 255-register limit, and kept in registers they would spill the accumulators.
+// kGate the gate's anchored differences added to the logits (then in base 2: the softmax runs with
+// scale 1). The block's bounds live in shared memory, read where used (fresh): the kernel is at the
+// 255-register limit.
 template <bool kGate>
 struct PackedTiles {
   struct Args {
-    const int2* map;  // the tile map (varlen) and its count
+    const int2* map;  // the tile map and its count
     const int* count;
     const double* G;  // the gate's cumulative sums (kGate)
-    bool heaviest_first;
   };
   // Filled by thread 0 in begin: variables of their own, not members of one struct, which ptxas
   // allocates worse here (a spill at head dim 128).
@@ -45,7 +44,7 @@ struct PackedTiles {
     __device__ const T* q(const fa::AttnParams& p) const { return static_cast<const T*>(p.q) + q_offset(p.q_stride, blk().s, h); }
     struct KV { const T *k, *v; };
     __device__ KV kv(const fa::AttnParams& p) const {
-      const longlong2 kv = fresh_pair(starts());  // one 16-byte read
+      const longlong2 kv = lesson11::fresh_pair(starts());  // one 16-byte read
       return {static_cast<const T*>(p.k) + kv.x, static_cast<const T*>(p.v) + kv.y};
     }
     __device__ T* o(const fa::AttnParams& p) const { return static_cast<T*>(p.o) + fresh(starts()[2]); }
@@ -102,10 +101,10 @@ struct PackedTiles {
   };
   template <class T, int kRows, int kKeys>
   __device__ static Tile<T, kRows> begin(const fa::AttnParams& p, const Args& a, const void* tiles) {
-    check_tile_alignment(tiles);
+    lesson11::check_tile_alignment(tiles);
     if (threadIdx.x == 0) {
       Block& k = blk();
-      k = block_of(p, a.map, a.count, entry(p.heads_q), kRows, kKeys, a.heaviest_first);
+      k = block_of(p, a.map, a.count, entry(p.heads_q), kRows, kKeys);
       const int h = head(p.heads_q), hk = h / (p.heads_q / p.heads_kv);
       starts()[0] = k_offset(p.k_stride, k.s, hk);
       starts()[1] = k_offset(p.v_stride, k.s, hk);

@@ -254,12 +254,6 @@ __device__ __forceinline__ int4 query_tile(int h, int q0, int4 bd, bool causal) 
   return make_int4(h, q0, needs_mask(q0, bd.w, kKeys, bd.y, bd.z, causal), causal ? q0 + bd.z - bd.w : bd.y - bd.w);
 }
 
-// The query tile after (h, q0) = t in a key tile's loop: the head's next one, or the first
-// (tile `first`) of the next head of the group.
-template <int kRows>
-__device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
-  return t.y + kRows >= len_q ? make_int2(t.x + 1, first * kRows) : make_int2(t.x, t.y + kRows);
-}
 
 // ---- The dK/dV kernel, over any source of key tiles ----------------------------------------------
 // One block per key tile: K and V stay in shared memory while the query tiles it sees (Q, dO, and
@@ -268,33 +262,37 @@ __device__ __forceinline__ int2 next_query_tile(int2 t, int len_q, int first) {
 // and accumulates dV += P^T dO and dK += dS^T Q in registers, without a trip through memory.
 // With kAtomicDq it also adds the tile's share of dQ to fp32 sums (atomic_dq).
 //
+// What the loop reads of its key tile, as the preprocess and the dQ pass read a QueryTile: written
+// once by the block's thread 0 and read where it is used (fresh), the kernel being at the
+// 255-register limit. Iteration `it` visits query tile first + it % per_head of head first_head +
+// it / per_head (the heads of a kv head's group, one after the other).
+struct KeyTile {
+  int4 iters;       // {iterations, query tiles per head, the first query tile, the first query head}
+  int4 bounds;      // {len_q, len_k, offset = len_k - len_q, k0 (the tile's first key)}
+  int4 tile_of[2];  // per buffer: its query tile, as query_tile gives it (written as its loads start)
+  alignas(16) int64_t origin[4];  // query head 0's row 0 in Q, dO, the statistics, the fp32 dQ sums
+  alignas(16) int64_t kv[2], grads[2];  // the kv head's row 0 in K and V, and in dK and dV
+  __device__ int2 head_row(int buf) const { return fresh(reinterpret_cast<const int2&>(tile_of[buf])); }
+};
+// The query tile after buffer buf's (h, q0): the head's next one, or the first of the next head.
+template <int kRows>
+__device__ __forceinline__ int2 next_query_tile(const KeyTile& blk, int buf) {
+  const int2 t = blk.head_row(buf);
+  return t.y + kRows >= fresh(blk.bounds.x) ? make_int2(t.x + 1, fresh(blk.iters.z) * kRows) : make_int2(t.x, t.y + kRows);
+}
+// The kernel's second parameter: Cols::Args derives from it. Head h's rows: + h strides.
+struct KeyArgs {
+  const float *lse2, *delta;
+  float* dq_accum;
+  int64_t stat_stride, accum_stride;  // a query head's rows of statistics, and of fp32 dQ sums
+};
 // Cols says which key tile a block takes and where its rows are: lesson 11's dense tensors
-// (kernel.cu's DenseKeys, from the block index and the parameters), lesson 12's packed sequences
-// (its backward.cuh's PackedKeys, from the tile map). Each keeps what the loop reads at every
-// iteration in shared memory, written by the block's thread 0: the kernel is at the 255-register
-// limit. What the kernel asks of it:
-//   Cols::kKeys, Cols::kRows: the kernel's tile sizes (checked);
-//   Cols::Args       the kernel's second parameter: lse2, delta, dq_accum and Cols's own;
-//   Cols::Block      what begin and loading keep in shared memory;
-//   begin(p, a, blk) on thread 0: the block's key tile; false if it has none (a spare block);
-//   iters(p, blk)    {iterations, query tiles per head, the first query tile, the first query head}:
-//                    iteration `it` visits query tile first + it % per_head of head first_head +
-//                    it / per_head (the heads of a kv head's group, one after the other);
-//   bounds(p, blk)   {len_q, len_k, offset = len_k - len_q, k0 (the tile's first key)};
-//   rows(p, blk)     the element offsets of query head 0's row 0 in Q and dO (head h: + h strides);
-//   stats(p, a, blk, h), accum(p, blk, h): the index of head h's row 0 in the statistics (lse2,
-//                    delta) and in the fp32 dQ sums (rows of D floats);
-//   keys(p, blk), grads(p, blk): the element offsets of the kv head's row 0 in K and V, in dK and dV;
-//   loading(p, blk, buf, tile) on thread 0, as buffer buf's loads start: its query tile, as
-//                    query_tile gives it;
-//   tile(p, blk, it, buf) iteration it's query tile, in buffer buf: {head h, first row q0, whether
-//                    it needs the mask, the mask's bound}, from what loading kept (lesson 11 keeps
-//                    h and q0 and derives the rest again; lesson 12 keeps all four);
-//   head_row(p, blk, it, buf) the same tile's {h, q0} alone;
-//   next(p, blk, it, buf) iteration it + 1's {h, q0}, after iteration it's barrier;
-//   Cols::Sums       the gate's sums of dS in shared memory (empty without the gate).
-// Cols::kGate: lesson 12's gate, through its hooks (clear, start_tile, add_sums, end_tile,
-// finish), called only then.
+// (kernel.cu's DenseKeys), lesson 12's packed sequences (its backward.cuh's PackedKeys):
+//   Cols::kKeys, Cols::kRows: the kernel's tile sizes (checked); Cols::Args (a KeyArgs);
+//   Cols::Block      a KeyTile, and what else Cols keeps;
+//   begin(p, a, blk) on thread 0: fills blk for the block's key tile; false if it has none;
+//   Cols::Sums, Cols::kGate: lesson 12's gate, its sums of dS in shared memory (empty without)
+//                    and its hooks (clear, start_tile, add_sums, end_tile, finish), called only then.
 template <class T, int D, int kKeys, int kRows, int kSub, int kWarps, bool kAtomicDq, class Cols>
 __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnParams p, const typename Cols::Args a) {
   constexpr int kThreads = kWarps * 32;
@@ -319,30 +317,30 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
   if (!has_tile) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   {
-    const int4 bd = Cols::bounds(p, blk);
+    const int4 bd = fresh(blk.bounds);
     if (threadIdx.x == 0) fa::tile_count_begin(p, fa::block_work(), bd.w, kKeys, kRows + fa::kKeysOwned);
-    const longlong2 kv = Cols::keys(p, blk);
+    const longlong2 kv = fresh_pair(blk.kv);
     lesson08::load_tile<kThreads, kKeys, D>(sK, static_cast<const T*>(p.k) + kv.x, p.k_stride.row, bd.w, bd.y);
     lesson08::load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, bd.w, bd.y);
   }
   // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
   // and D (whole tiles of statistics: no guard); thread 0 tells Cols the tile (query_tile).
   auto load_queries = [&](int h, int q0, int buf) {
-    const int4 bd = Cols::bounds(p, blk);
-    const longlong2 qd = Cols::rows(p, blk);
+    const int4 bd = fresh(blk.bounds);
+    const longlong2 qd = fresh_pair(blk.origin);
     const T* qbase = static_cast<const T*>(p.q) + qd.x + h * p.q_stride.head;
     const T* dobase = static_cast<const T*>(p.dout) + qd.y + h * p.do_stride.head;
     lesson08::load_tile<kThreads, kRows, D>(sQ + buf * kRows * D, qbase, p.q_stride.row, q0, bd.x);
     lesson08::load_tile<kThreads, kRows, D>(sdO + buf * kRows * D, dobase, p.do_stride.row, q0, bd.x);
-    const int64_t r0 = Cols::stats(p, a, blk, h) + q0;
+    const int64_t r0 = fresh(blk.origin[2]) + h * a.stat_stride + q0;
     const int x = threadIdx.x;
     if (x < kRows / 4) fa::cp_async_16(fa::smem_addr(sL + buf * kRows + 4 * x), a.lse2 + r0 + 4 * x, true);
     else if (x < kRows / 2)
       fa::cp_async_16(fa::smem_addr(sDelta + buf * kRows + 4 * (x - kRows / 4)), a.delta + r0 + 4 * (x - kRows / 4), true);
-    if (x == 0) Cols::loading(p, blk, buf, query_tile<kKeys>(h, q0, bd, p.causal));
+    if (x == 0) blk.tile_of[buf] = query_tile<kKeys>(h, q0, bd, p.causal);
   };
   {
-    const int4 n = Cols::iters(p, blk);
+    const int4 n = fresh(blk.iters);
     if (n.x > 0) load_queries(n.w, n.z * kRows, 0);
   }
   fa::cp_async_commit();
@@ -360,19 +358,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
   const Offsets off{a_off, b_off, t_off};
 
   for (int it = 0;; ++it) {
-    const int4 n = Cols::iters(p, blk);
+    const int4 n = fresh(blk.iters);
     if (it >= n.x) break;
     if (threadIdx.x == 0) fa::tile_count_visit(p, fa::block_work());
     const int buf = it & 1;
     // TODO(4): the ring: wait for this iteration's tiles (cp_async_wait<0>), __syncthreads (the
     //   tiles visible to every warp, every warp done with the previous iteration's buffer and
-    //   dS^T), then, if there is an iteration it + 1, start its query tile (Cols::next) into
+    //   dS^T), then, if there is an iteration it + 1, start its query tile (next_query_tile) into
     //   buffer buf ^ 1 (load_queries); commit.
     // BEGIN SOLUTION
     fa::cp_async_wait<0>();
     __syncthreads();
     if (it + 1 < n.x) {
-      const int2 next = Cols::next(p, blk, it, buf);
+      const int2 next = next_query_tile<kRows>(blk, buf);
       load_queries(next.x, next.y, buf ^ 1);
     }
     fa::cp_async_commit();
@@ -383,14 +381,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     const float* lse_s = sL + buf * kRows;
     const float* delta_s = sDelta + buf * kRows;
 
-    // The mask, from Cols::tile's bound (lim), keys counted from the warp's first and rows from
+    // The mask, from the query tile's bound (lim), keys counted from the warp's first and rows from
     // the tile's first: causal, key > row + lim; otherwise key > lim - 1. One test for all three
     // modes, key > c row + l: c = 1 only for a causal tile that needs the mask, and l past every
     // key for a tile that needs none. So every tile runs one stretch of code without branches, in
     // which the scheduler overlaps the exponentials with the GEMMs around them. Causal, keys past
     // len_k are past row + offset for every row of the sequence, and rows past len_q have P = 0
     // anyway (LSE2 = +inf): no test of their own.
-    const int4 mode = Cols::tile(p, blk, it, buf);
+    const int4 mode = fresh(blk.tile_of[buf]);
     const int c = mode.z && p.causal;
     const int l = !mode.z ? INT_MAX : mode.w - 16 * kKT * warp - !p.causal;
 
@@ -433,17 +431,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     }  // sub
 
     // The iteration's query head and first row again, where S^T's fragments are dead.
-    const int2 tile = Cols::head_row(p, blk, it, buf);
+    const int2 tile = blk.head_row(buf);
     if constexpr (Cols::kGate) Cols::template end_tile<kKT>(p, a, blk, sums, tile, warp, lane);
     if constexpr (kAtomicDq)  // dQ += dS K, added to the fp32 sums
       atomic_dq<T, D, kKeys, kRows, kWarps>(sdS, k_addr, off, tile.y, warp, lane, a.dq_accum,
-                                             [&] { return Cols::accum(p, blk, tile.x); }, [&] { return Cols::bounds(p, blk).x; });
+                                             [&] { return fresh(blk.origin[3]) + tile.x * a.accum_stride; },
+                                             [&] { return fresh(blk.bounds.x); });
   }
   if constexpr (Cols::kGate) Cols::template finish<kAtomicDq>(p, a, blk, sums);
   fa::cp_async_wait<0>();
 
-  const int4 bd = Cols::bounds(p, blk);
-  const longlong2 out = Cols::grads(p, blk);
+  const int4 bd = fresh(blk.bounds);
+  const longlong2 out = fresh_pair(blk.grads);
   store_dkdv<T>(dk, dv, static_cast<T*>(p.dk) + out.x, static_cast<T*>(p.dv) + out.y, p.dk_stride.row, p.dv_stride.row,
                 bd.w, bd.y, p.scale, warp, lane);
 }
@@ -550,6 +549,11 @@ struct QueryTile {
   int64_t lse, stats;        // index of that row 0 in the LSE, and in the statistics (lse2, delta)
   int4 loop;                 // what the key loop reads: n_tiles, n_full (lesson 06's bounds), len_k, q0 + offset
   int tile, len_q;           // tile -1: none (a spare block)
+};
+// The preprocess's and the dQ pass's second parameter: Rows::Args derives from it.
+struct RowArgs {
+  float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
+  int64_t stat_stride;  // a query head's rows of statistics
 };
 
 // D_i = dO_i . O_i and LSE2_i = LSE_i log2(e) (less the gate's row term, Rows::kGate) for the kRows

@@ -10,16 +10,14 @@
 
 namespace {
 
-// Each entry is a TODO of this file you have not written yet; the tests stop at the lowest left in
-// any of the lesson's files ("lesson 12 not implemented yet: <it>"). Delete it when it is written.
+// The TODOs of this file not written yet (the tests stop at the lowest left in the lesson): delete each when written.
 const fa::TodoList kSequencesTodosLeft = {
     // @todos-left
 };
 
 // ---- Sequences ---------------------------------------------------------------------------------
-// Sequence b as the kernels see it: its lengths and where its rows start. Dense batches reach it
-// through the batch strides; varlen ones through its first token (cu_seqlens[b]) times the row
-// stride. (AttnParams::is_varlen() is host code: params.hpp is plain C++.)
+// Sequence b as the kernels see it: its lengths and where its rows start, through the batch
+// strides (dense) or its first token times the row stride (varlen). is_varlen: params.hpp's is host code.
 __device__ __forceinline__ bool is_varlen(const fa::AttnParams& p) { return p.cu_seqlens_q != nullptr; }
 struct Seq {
   bool varlen;
@@ -56,35 +54,31 @@ __device__ __forceinline__ int64_t gate_index(const fa::AttnParams& p, const Seq
 }
 
 // ---- The tile map ------------------------------------------------------------------------------
-// Every tile of `tile` rows of the tiled side (queries or keys) of every sequence, heaviest first
-// (fa/tile_map.cuh sorts them; packed order without heaviest_first): a tile's work is how many
-// tiles of `other_tile` of the other side it meets, its bucket lesson12::bucket_of of that.
+// Every tile of `tile` rows of the tiled side (queries or keys) of every sequence (a dense batch:
+// equal lengths), heaviest first (fa/tile_map.cuh sorts them; packed order without heaviest_first):
+// a tile's work is how many tiles of `other_tile` of the other side it meets, bucketed by bucket_of.
 static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one bucket a thread");
 __global__ void __launch_bounds__(fa::kPlanThreads)
-    plan_kernel(const int* cu_tiled, const int* cu_other, int batch, int tile, int other_tile, bool causal,
-                bool query_tiles, bool heaviest_first, fa::TileMap m) {
-  auto lengths = [&](int b, int& len_q, int& len_k) {  // of sequence b
-    const int a = cu_tiled[b + 1] - cu_tiled[b], o = cu_other[b + 1] - cu_other[b];
-    len_q = query_tiles ? a : o;
-    len_k = query_tiles ? o : a;
-  };
+    plan_kernel(const fa::AttnParams p, int tile, int other_tile, bool query_tiles, bool heaviest_first, fa::TileMap m) {
   // TODO(12): tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.
   //   The work of a tile: lesson12::key_tiles_visited (query tiles) or
   //   lesson12::query_tiles_visited (key tiles), the other side's tiles of other_tile.
   // BEGIN SOLUTION
-  auto tiles = [&](int b) { return lesson12::tiles_of(cu_tiled[b + 1] - cu_tiled[b], tile); };
+  auto tiles = [&](int b) {
+    const Seq s = sequence(p, b);
+    return lesson12::tiles_of(query_tiles ? s.len_q : s.len_k, tile);
+  };
   auto bucket = [&](int b, int t) {
-    int len_q, len_k;
-    lengths(b, len_q, len_k);
-    return lesson12::bucket_of(query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, len_q, len_k, causal)
-                                           : lesson12::query_tiles_visited(t, tile, other_tile, len_q, len_k, causal));
+    const Seq s = sequence(p, b);
+    return lesson12::bucket_of(query_tiles ? lesson12::key_tiles_visited(t, tile, other_tile, s.len_q, s.len_k, p.causal)
+                                           : lesson12::query_tiles_visited(t, tile, other_tile, s.len_q, s.len_k, p.causal));
   };
   // END SOLUTION
   // BEGIN SKELETON
   // auto tiles = [&](int) { return 0; };
   // auto bucket = [&](int, int) { return 0; };
   // END SKELETON
-  fa::plan_tiles(batch, tiles, bucket, heaviest_first, m);
+  fa::plan_tiles(p.batch, tiles, bucket, heaviest_first, m);
 }
 
 // ---- The gate's cumulative sums ----------------------------------------------------------------
@@ -125,32 +119,21 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 // its bounds. Lessons 08's and 11's kernels declare their dynamic buffer __align__(128), or this
 // lesson's static __shared__ bounds would shift every swizzled tile row off its 128-byte line
 // (README, "The 96 bytes"); lesson11::check_tile_alignment traps if it ever is.
-using lesson11::check_tile_alignment;
 using lesson11::fresh;
-using lesson11::fresh_pair;
 
-// Which (sequence, tile) entry `e` of a grid is: varlen, entry e of the map (false past its end);
-// dense, sequence e / n_tiles, its tiles heaviest first (causal: the last query tiles, or the
-// first key tiles) when last_heaviest, else in ascending order.
-__device__ __forceinline__ bool work_item(const fa::AttnParams& p, const int2* map, const int* count, int e,
-                                          int n_tiles, bool last_heaviest, int& b, int& tile) {
-  if (is_varlen(p)) {
-    // TODO(14): varlen: entry e of the map, if e is below its count.
-    // BEGIN SOLUTION
-    if (e >= *count) return false;
-    const int2 m = map[e];
-    b = m.x;
-    tile = m.y;
-    return true;
-    // END SOLUTION
-    // BEGIN SKELETON
-    // return false;
-    // END SKELETON
-  }
-  const int rank = e % n_tiles;
-  b = e / n_tiles;
-  tile = p.causal && last_heaviest ? n_tiles - 1 - rank : rank;
+// Entry e of the tile map, if e is below its count: (sequence b, tile).
+__device__ __forceinline__ bool work_item(const int2* map, const int* count, int e, int& b, int& tile) {
+  // TODO(14): entry e of the map, if e is below its count.
+  // BEGIN SOLUTION
+  if (e >= *count) return false;
+  const int2 m = map[e];
+  b = m.x;
+  tile = m.y;
   return true;
+  // END SOLUTION
+  // BEGIN SKELETON
+  // return false;
+  // END SKELETON
 }
 
 // A grid of (entries x heads) blocks, the entries varying fastest: the blocks running at once
@@ -164,25 +147,16 @@ struct Block {
   Seq s;
   int tile, offset, n_full, n_tiles;
 };
-__device__ Block block_of(const fa::AttnParams& p, const int2* map, const int* count, int e, int rows, int keys,
-                          bool heaviest_first = true) {
+__device__ Block block_of(const fa::AttnParams& p, const int2* map, const int* count, int e, int rows, int keys) {
   Block k{};
   int b = 0;
   k.tile = -1;
-  if (!work_item(p, map, count, e, fa::ceil_div(p.seqlen_q, rows), heaviest_first, b, k.tile)) {
-    k.tile = -1;
-    return k;
-  }
+  if (!work_item(map, count, e, b, k.tile)) return k;
   k.s = sequence(p, b);
-  const int q0 = k.tile * rows;
   k.offset = k.s.len_k - k.s.len_q;
-  int k_end = k.s.len_k;
+  k.n_tiles = lesson12::key_tiles_visited(k.tile, rows, keys, k.s.len_q, k.s.len_k, p.causal);
   k.n_full = k.s.len_k / keys;
-  if (p.causal) {
-    k_end = min(k.s.len_k, min(q0 + rows, k.s.len_q) + k.offset);
-    k.n_full = max(0, min(k.n_full, (q0 + k.offset + 1) / keys));
-  }
-  k.n_tiles = k_end > 0 ? fa::ceil_div(k_end, keys) : 0;
+  if (p.causal) k.n_full = max(0, min(k.n_full, (k.tile * rows + k.offset + 1) / keys));
   return k;
 }
 
