@@ -1,7 +1,8 @@
-// A tile map: the work tiles of a packed batch of sequences, as (sequence, tile) pairs, heaviest
-// first, built on the device by one block, so that the host sizes the grid by a bound and never
-// waits for the sequences' lengths (lesson 12's README, "The tile map" and "Heaviest first").
-// Lesson 12's kernels run over one: block x of a head takes entry x, and exits past the count.
+// A tile map: the work tiles of a batch of sequences (packed, or dense: equal lengths), as
+// (sequence, tile) pairs, heaviest first, built on the device by one block, so that the host sizes
+// the grid by a bound and never waits for the sequences' lengths (lesson 12's README, "The tile
+// map" and "Heaviest first"). Lesson 12's kernels run over one: block x of a head takes entry x,
+// and exits past the count.
 #pragma once
 
 #include <cstdint>

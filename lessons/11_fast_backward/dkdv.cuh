@@ -208,7 +208,7 @@ __device__ __forceinline__ int2 next_query_tile(const KeyTile& blk, int buf) {
   const int2 t = blk.head_row(buf);
   return t.y + kRows >= fresh(blk.bounds.x) ? make_int2(t.x + 1, fresh(blk.iters.z) * kRows) : make_int2(t.x, t.y + kRows);
 }
-// The kernel's second parameter: Cols::Args derives from it. Head h's rows: + h strides.
+// The kernel's second parameter: Cols::Args is, or derives from, it. Head h's rows: + h strides.
 struct KeyArgs {
   const float *lse2, *delta;
   float* dq_accum;
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) dkdv_kernel(const fa::AttnPara
     lesson08::load_tile<kThreads, kKeys, D>(sV, static_cast<const T*>(p.v) + kv.y, p.v_stride.row, bd.w, bd.y);
   }
   // Starts the loads of query head h's tile at row q0 into buffer `buf`: Q, dO, and the rows' LSE2
-  // and D (whole tiles of statistics: no guard); thread 0 tells Cols the tile (query_tile).
+  // and D (whole tiles of statistics: no guard); thread 0 writes the tile to blk.tile_of (query_tile).
   auto load_queries = [&](int h, int q0, int buf) {
     const int4 bd = fresh(blk.bounds);
     const longlong2 qd = fresh_pair(blk.origin);
@@ -435,7 +435,7 @@ struct QueryTile {
   int4 loop;                 // what the key loop reads: n_tiles, n_full (lesson 06's bounds), len_k, q0 + offset
   int tile, len_q;           // tile -1: none (a spare block)
 };
-// The preprocess's and the dQ pass's second parameter: Rows::Args derives from it.
+// The preprocess's and the dQ pass's second parameter: Rows::Args is, or derives from, it.
 struct RowArgs {
   float *lse2, *delta;  // the statistics: the preprocess writes them, the dQ pass reads them
   int64_t stat_stride;  // a query head's rows of statistics

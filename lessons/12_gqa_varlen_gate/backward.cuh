@@ -76,7 +76,7 @@ struct PackedKeys {
   // Adds iteration j's row sums (buffer j % 2) to dG's row terms and clears them, after a barrier.
   __device__ static void flush_rows(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x, int j) {
     const int4 n = fresh(blk.iters), bd = fresh(blk.bounds);
-    const int i = threadIdx.x, row = (n.z + j % n.y) * kRows + i, pos = row + bd.z;  // iteration j's tile (iters)
+    const int i = threadIdx.x, row = (n.z + j % n.y) * kRows + i, pos = row + bd.z;  // from iters: tile_of holds the next load's
     if (i >= kRows) return;
     if (row < bd.x && pos >= 0) atomicAdd(a.dG_rows + gate_at(p, blk, n.w + j / n.y) + pos, x.rowsum[j & 1][i]);
     x.rowsum[j & 1][i] = 0.f;
@@ -119,7 +119,7 @@ struct PackedKeys {
   // After the loop: the last iteration's row sums.
   template <bool kAtomicDq>
   __device__ static void finish(const fa::AttnParams& p, const Args& a, const Block& blk, Sums& x) {
-    const int n_iter = kAtomicDq ? fresh(blk.iters.x) : 0;
+    const int n_iter = kAtomicDq ? fresh(blk.iters.x) : 0;  // no row sums here in the deterministic mode
     if (n_iter == 0) return;
     __syncthreads();
     flush_rows(p, a, blk, x, n_iter - 1);

@@ -11,7 +11,7 @@
 
 namespace {
 
-// The TODOs of this file not written yet (the tests stop at the lowest left in the lesson): delete each when written.
+// Delete an entry when its code is written; the tests stop at the lowest TODO left in the lesson.
 const fa::TodoList kSequencesTodosLeft = {
     "TODO(11) in sequences.cuh: varlen: the lengths and first tokens of sequence b from cu_seqlens_q and cu_seqlens_k.",
     "TODO(12) in sequences.cuh: tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.",
@@ -21,7 +21,7 @@ const fa::TodoList kSequencesTodosLeft = {
 
 // ---- Sequences ---------------------------------------------------------------------------------
 // Sequence b as the kernels see it: its lengths and where its rows start, through the batch
-// strides (dense) or its first token times the row stride (varlen). is_varlen: params.hpp's is host code.
+// strides (dense) or its first token times the row stride (varlen). (params.hpp is host code.)
 __device__ __forceinline__ bool is_varlen(const fa::AttnParams& p) { return p.cu_seqlens_q != nullptr; }
 struct Seq {
   bool varlen;
@@ -59,8 +59,8 @@ static_assert(lesson12::kBuckets == fa::kPlanThreads, "the plan sorts into one b
 __global__ void __launch_bounds__(fa::kPlanThreads)
     plan_kernel(const fa::AttnParams p, int tile, int other_tile, bool query_tiles, bool heaviest_first, fa::TileMap m) {
   // TODO(12): tiles(b), the number of tiles of sequence b, and bucket(b, t), the bucket of its tile t.
-  //   The work of a tile: lesson12::key_tiles_visited (query tiles) or
-  //   lesson12::query_tiles_visited (key tiles), the other side's tiles of other_tile.
+  //   Its lengths from sequence(p, b), its tiles lesson12::tiles_of; the work of a tile: key_tiles_visited
+  //   (query tiles) or query_tiles_visited (key tiles), the other side's tiles of other_tile.
   auto tiles = [&](int) { return 0; };
   auto bucket = [&](int, int) { return 0; };
   fa::plan_tiles(p.batch, tiles, bucket, heaviest_first, m);
@@ -85,7 +85,7 @@ __device__ __forceinline__ float gate_diff(const double* g, int at, double ancho
 }
 
 // ---- Blocks ------------------------------------------------------------------------------------
-// Shared-memory values read where they are used (fresh, fresh_pair), as lesson 11's dQ pass keeps
+// Shared-memory values read where they are used (lesson 11's fresh), as lesson 11's dQ pass keeps
 // its bounds. Lessons 08's and 11's kernels declare their dynamic buffer __align__(128), or this
 // lesson's static __shared__ bounds would shift every swizzled tile row off its 128-byte line
 // (README, "The 96 bytes"); lesson11::check_tile_alignment traps if it ever is.

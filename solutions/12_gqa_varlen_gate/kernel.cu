@@ -16,8 +16,8 @@
 
 namespace {
 
-// A tile map (fa::take_tile_map, from the scratch: the maps, G, the backward's statistics, dG, the
-// fp32 dQ sums are pieces of the process's device scratch; README, Caveats) is planned on the device.
+// A tile map is planned on the device. The maps, G, the backward's statistics, dG and the fp32 dQ
+// sums are pieces of the process's device scratch (fa::carve_scratch; README, Caveats).
 void plan(const fa::TileMap& m, const fa::AttnParams& p, int tile, int other_tile, bool query_tiles, bool heaviest_first, cudaStream_t s) {
   plan_kernel<<<1, fa::kPlanThreads, 0, s>>>(p, tile, other_tile, query_tiles, heaviest_first, m);
   FA_CHECK_LAUNCH();
@@ -50,7 +50,7 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
   });
   const unsigned blocks = grid_of(map.entries * p.heads_q);  // checked before anything is launched
   if constexpr (kGate) scan<false, float, double>(p, p.gate, nullptr, G, stream);
-  plan(map, p, c.rows, c.keys, true, heaviest_first, stream);
+  plan(map, p, c.rows, c.keys, /*query_tiles=*/true, heaviest_first, stream);
   const typename PackedTiles<kGate>::Args args{map.order, map.count, G};
   lesson08::launch<T, kIndex, lesson08::PlainLoads, PackedTiles<kGate>>(p, blocks, args, stream);
 }
@@ -59,7 +59,7 @@ void forward_config(const fa::AttnParams& p, bool heaviest_first, cudaStream_t s
 // gate, the sm_90 ones' S tile does not fit beside the gate's registers (ptxas spills): the gated
 // kernel takes plan.hpp's, with half as many keys a step.
 constexpr int kFwd64 = lesson08::config_for(90, 64), kFwd128 = lesson08::config_for(90, 128);
-using Compiled = std::integer_sequence<int, kFwd64, kFwd128, lesson08::config_for(86, 64), lesson08::config_for(86, 128)>;
+using FwdCompiled = std::integer_sequence<int, kFwd64, kFwd128, lesson08::config_for(86, 64), lesson08::config_for(86, 128)>;
 constexpr int gated(int i) { return i == kFwd64 ? lesson12::kFwdGate64 : i == kFwd128 ? lesson12::kFwdGate128 : i; }
 constexpr bool halved(lesson08::Config g, lesson08::Config c) { return g.head_dim == c.head_dim && g.sub * 2 == c.sub; }
 static_assert(halved(lesson08::kConfigs[gated(kFwd64)], lesson08::kConfigs[kFwd64]) &&
@@ -74,7 +74,7 @@ void forward(const fa::AttnParams& p, cudaStream_t stream) {
   const int index = lesson08::config_for(fa::current_device().sm, p.head_dim);
   const bool heaviest_first = p.variant != kNatural;
   bool ran = false;
-  FA_DISPATCH_DTYPE(p.dtype, T, ran = fa::dispatch_index(index, Compiled{}, [&](auto i) {
+  FA_DISPATCH_DTYPE(p.dtype, T, ran = fa::dispatch_index(index, FwdCompiled{}, [&](auto i) {
     if (p.gate != nullptr) forward_config<T, gated(i), true>(p, heaviest_first, stream);
     else forward_config<T, i, false>(p, heaviest_first, stream);
   }));
@@ -110,8 +110,8 @@ void backward_config(const fa::AttnParams& p, bool atomic_dq, cudaStream_t strea
     scan<false, float, double>(p, p.gate, nullptr, G, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(dG, 0, 2 * ge * sizeof(float), stream));
   }
-  plan(qmap, p, R, lesson11::kDqKeys, true, true, stream);
-  plan(kmap, p, c.keys, R, false, true, stream);
+  plan(qmap, p, R, lesson11::kDqKeys, /*query_tiles=*/true, /*heaviest_first=*/true, stream);
+  plan(kmap, p, c.keys, R, /*query_tiles=*/false, /*heaviest_first=*/true, stream);
   using Keys = PackedKeys<c.keys, c.rows, kGate>;
   auto keys = [&](float* dq) {
     return typename Keys::Args{{lse2, delta, dq, stat_stride, per_head}, kmap.order, kmap.count, qmap.tile_start, G, dG,
@@ -128,8 +128,8 @@ void backward(const fa::AttnParams& p, cudaStream_t stream) {
   check_started();
   const bool atomic_dq = !p.deterministic && p.variant != kPass;
   bool ran = false;
-  using Compiled = std::integer_sequence<int, lesson11::config_for(64), lesson11::config_for(128)>;
-  FA_DISPATCH_DTYPE(p.dtype, T, ran = fa::dispatch_index(lesson11::config_for(p.head_dim), Compiled{}, [&](auto i) {
+  using BwdCompiled = std::integer_sequence<int, lesson11::config_for(64), lesson11::config_for(128)>;
+  FA_DISPATCH_DTYPE(p.dtype, T, ran = fa::dispatch_index(lesson11::config_for(p.head_dim), BwdCompiled{}, [&](auto i) {
     if (p.gate != nullptr) backward_config<T, i, true>(p, atomic_dq, stream);
     else backward_config<T, i, false>(p, atomic_dq, stream);
   }));
